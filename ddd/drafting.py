@@ -1,0 +1,262 @@
+"""Drafting strategies behind one interface: a static tree (EAGLE), a dynamic tree (EAGLE-2), and a
+dynamic tree whose depth a confidence policy chooses per step (DDD)."""
+from __future__ import annotations
+
+from abc import ABC, abstractmethod
+from dataclasses import dataclass, field
+
+import torch
+from transformers import DynamicCache
+
+from .head import EagleHead
+from .models import Target
+from .settings import DDDSettings, Eagle2Settings, EagleSettings
+from .trace import DepthCheck
+from .tree import DraftTree, Pool, rerank
+
+
+class HeadRunner:
+    """Runs the draft head: its KV cache holds only accepted context; tree nodes go on top and are dropped."""
+
+    def __init__(self, head: EagleHead, target: Target):
+        self.head = head
+        self.embed = target.model.get_input_embeddings()
+        weight = target.model.lm_head.weight
+        self.vocab_ids = head.draft_to_target()
+        # The draft LM head: the target's, restricted to the draft vocabulary when the head has one.
+        self.lm_weight = weight if self.vocab_ids is None else weight[self.vocab_ids].contiguous()
+        self.cache = DynamicCache(config=head.config)
+        self.min_value = torch.finfo(weight.dtype).min
+        self._tree_start = 0
+        self._slots = 0
+        self._slot_mask = torch.zeros(0, 0, dtype=torch.bool, device=weight.device)
+
+    @property
+    def context_length(self) -> int:
+        return self.cache.get_seq_length()
+
+    def logprobs(self, features: torch.Tensor) -> torch.Tensor:
+        return torch.log_softmax((features @ self.lm_weight.T).float(), dim=-1)
+
+    def to_target_ids(self, draft_ids: torch.Tensor) -> torch.Tensor:
+        return draft_ids if self.vocab_ids is None else self.vocab_ids[draft_ids]
+
+    def extend(self, next_tokens: torch.Tensor, features: torch.Tensor) -> torch.Tensor:
+        """Feed accepted positions (features f_t with tokens x_{t+1}); returns the last predicted feature (H,)."""
+        start = self.context_length
+        n = next_tokens.numel()
+        positions = torch.arange(start, start + n, device=features.device)
+        mask = torch.full((n, start + n), self.min_value, dtype=features.dtype, device=features.device)
+        mask.masked_fill_(torch.arange(start + n, device=mask.device)[None, :] <= positions[:, None], 0)
+        out = self.head(
+            self.embed(next_tokens.view(1, -1)), features.view(1, n, -1), positions[None], mask[None, None], self.cache
+        )
+        return out[0, -1]
+
+    def begin_tree(self) -> None:
+        self._tree_start = self.context_length
+        self._slots = 0
+        self._slot_mask = self._slot_mask.new_zeros(0, 0)
+
+    def expand(self, tokens: torch.Tensor, parent_features: torch.Tensor, depths: torch.Tensor, parent_slots: torch.Tensor):
+        """Run tree nodes at once; each sees the context, its expanded ancestors and itself.
+
+        parent_slots gives each node's parent among earlier expanded nodes (-1: the root). Returns the nodes'
+        predicted features (n, H) and their slots for their own children.
+        """
+        n = tokens.numel()
+        device = tokens.device
+        has_parent = (parent_slots >= 0)[:, None]
+        rows = torch.where(has_parent, self._slot_mask[parent_slots.clamp(min=0)], False) if self._slots else \
+            torch.zeros(n, 0, dtype=torch.bool, device=device)
+        rows = torch.cat((rows, torch.eye(n, dtype=torch.bool, device=device)), dim=1)
+        width = self._slots + n
+        grown = torch.zeros(width, width, dtype=torch.bool, device=device)
+        grown[: self._slots, : self._slots] = self._slot_mask
+        grown[self._slots :] = rows
+        self._slot_mask = grown
+        visible = torch.cat((torch.ones(n, self._tree_start, dtype=torch.bool, device=device), rows), dim=1)
+        mask = torch.zeros(visible.shape, dtype=parent_features.dtype, device=device).masked_fill_(~visible, self.min_value)
+        positions = (self._tree_start - 1 + depths).view(1, -1)
+        out = self.head(self.embed(tokens.view(1, -1)), parent_features.view(1, n, -1), positions, mask[None, None], self.cache)
+        slots = torch.arange(self._slots, self._slots + n, device=device)
+        self._slots += n
+        return out[0], slots
+
+    def end_tree(self) -> None:
+        removed = self.context_length - self._tree_start
+        if removed:
+            self.cache.crop(-removed)
+
+    def crop(self, length: int) -> None:
+        removed = self.context_length - length
+        if removed > 0:
+            self.cache.crop(-removed)
+
+
+@dataclass
+class Draft:
+    """What a drafter hands to verification, plus what the trace records about how it was made."""
+
+    pool: dict[str, torch.Tensor]
+    tree: DraftTree
+    in_beam: torch.Tensor  # pool indices that were expanded
+    confidence: list[torch.Tensor] = field(default_factory=list)  # H after each draft call (0-dim tensors)
+    checks: list[DepthCheck] = field(default_factory=list)
+    draft_calls: int = 0
+    max_draft_calls: int = 0
+
+
+class Drafter(ABC):
+    """Grows a draft tree from the head's root prediction. `depth_limit` caps the tree near the context limit."""
+
+    @abstractmethod
+    def draft(self, runner: HeadRunner, root_token: torch.Tensor, root_feature: torch.Tensor, depth_limit: int) -> Draft:
+        ...
+
+
+class StaticTreeDrafter(Drafter):
+    """EAGLE-1: a fixed tree of top-k ranks; one draft call per level."""
+
+    def __init__(self, settings: EagleSettings):
+        paths = sorted({tuple(p) for p in settings.tree}, key=lambda p: (len(p), p))
+        self.paths = paths
+        self.depth = max(len(p) for p in paths)
+        self.parents_with_children = {p[:-1] for p in paths}
+
+    def draft(self, runner, root_token, root_feature, depth_limit):
+        device = root_token.device
+        pool = Pool.with_root(root_token)
+        # Per tree path: pool index, cumulative score, and (once expanded) head output, slot and logprobs.
+        index_of: dict[tuple[int, ...], int] = {(): 0}
+        score_of = {(): torch.zeros((), device=device)}
+        feature_of, slot_of, logprobs_of = {(): root_feature}, {(): -1}, {(): runner.logprobs(root_feature)}
+        in_beam: list[int] = []
+        confidence = []
+        calls = 1
+        runner.begin_tree()
+        for level in range(1, min(self.depth, depth_limit) + 1):
+            level_paths = [p for p in self.paths if len(p) == level and p[:-1] in logprobs_of]
+            if not level_paths:
+                break
+            parents = [p[:-1] for p in level_paths]
+            ranks = torch.tensor([p[-1] for p in level_paths], device=device)
+            parent_lp = torch.stack([logprobs_of[q] for q in parents])
+            draft_ids = parent_lp.topk(int(ranks.max()) + 1, dim=1).indices.gather(1, ranks[:, None]).squeeze(1)
+            logprob = parent_lp.gather(1, draft_ids[:, None]).squeeze(1)
+            score = torch.stack([score_of[q] for q in parents]) + logprob
+            tokens = runner.to_target_ids(draft_ids)
+            idx = pool.add(tokens, torch.tensor([index_of[q] for q in parents], device=device), level, logprob,
+                           score, ranks)
+            for j, p in enumerate(level_paths):
+                index_of[p], score_of[p] = int(idx[j]), score[j]
+            confidence.append(torch.logsumexp(score, 0))
+            expand = [j for j, p in enumerate(level_paths) if p in self.parents_with_children]
+            if not expand or level == min(self.depth, depth_limit):
+                break
+            rows = torch.tensor(expand, device=device)
+            feats, slots = runner.expand(
+                tokens[rows],
+                torch.stack([feature_of[parents[j]] for j in expand]),
+                torch.full((len(expand),), level, device=device),
+                torch.tensor([slot_of[parents[j]] for j in expand], device=device),
+            )
+            calls += 1
+            lps = runner.logprobs(feats)
+            for row, j in enumerate(expand):
+                p = level_paths[j]
+                feature_of[p], slot_of[p], logprobs_of[p] = feats[row], int(slots[row]), lps[row]
+                in_beam.append(index_of[p])
+        runner.end_tree()
+        cat = pool.cat()
+        keep = torch.arange(pool.size, device=device)
+        expanded = torch.tensor(in_beam, dtype=torch.long, device=device)
+        return Draft(cat, DraftTree.from_pool(cat, keep), expanded, confidence, [], calls, self.depth)
+
+
+class DepthPolicy(ABC):
+    max_calls: int
+
+    @abstractmethod
+    def check(self, call: int, confidence: torch.Tensor) -> DepthCheck | None:
+        """After draft call `call`: None if no check runs there, else the check and whether to stop."""
+
+
+@dataclass
+class FixedDepth(DepthPolicy):
+    max_calls: int
+
+    def check(self, call, confidence):
+        return None
+
+
+@dataclass
+class ConfidenceDepth(DepthPolicy):
+    """DDD: stop drafting when the beam's total draft probability, H = logsumexp(beam scores), falls below x."""
+
+    max_calls: int
+    check_steps: set[int]
+    threshold: float
+
+    def check(self, call, confidence):
+        if call not in self.check_steps:
+            return None
+        value = float(confidence)  # the only host sync a check costs
+        return DepthCheck(call=call, confidence=value, stop=value < self.threshold)
+
+
+class DynamicTreeDrafter(Drafter):
+    """EAGLE-2: expand the K best nodes per level by cumulative score, then keep the best `total_tokens`."""
+
+    def __init__(self, top_k: int, total_tokens: int, policy: DepthPolicy):
+        self.top_k = top_k
+        self.total_tokens = total_tokens
+        self.policy = policy
+
+    @classmethod
+    def eagle2(cls, s: Eagle2Settings) -> "DynamicTreeDrafter":
+        return cls(s.top_k, s.total_tokens, FixedDepth(s.draft_calls))
+
+    @classmethod
+    def ddd(cls, s: DDDSettings) -> "DynamicTreeDrafter":
+        return cls(s.top_k, s.total_tokens, ConfidenceDepth(s.max_draft_calls, s.checks(), s.threshold))
+
+    def draft(self, runner, root_token, root_feature, depth_limit):
+        k = self.top_k
+        device = root_token.device
+        pool = Pool.with_root(root_token)
+        logprob, draft_ids = runner.logprobs(root_feature).topk(k)
+        beam_tokens = runner.to_target_ids(draft_ids)
+        beam = pool.add(beam_tokens, torch.zeros(k, device=device), 1, logprob, logprob, torch.arange(k, device=device))
+        beam_scores = logprob
+        beam_features = root_feature.expand(k, -1)
+        beam_parent_slots = torch.full((k,), -1, device=device, dtype=torch.long)
+        in_beam, confidence, checks = [], [torch.logsumexp(beam_scores, 0)], []
+        max_calls = min(self.policy.max_calls, depth_limit)
+        calls = 1
+        runner.begin_tree()
+        while calls < max_calls:
+            check = self.policy.check(calls, confidence[-1])
+            if check is not None:
+                checks.append(check)
+                if check.stop:
+                    break
+            feats, slots = runner.expand(beam_tokens, beam_features, torch.full((k,), calls, device=device),
+                                         beam_parent_slots)
+            in_beam.append(beam)
+            calls += 1
+            child_lp, child_ids = runner.logprobs(feats).topk(k, dim=-1)  # (k, k)
+            child_scores = beam_scores[:, None] + child_lp
+            child_tokens = runner.to_target_ids(child_ids).flatten()
+            children = pool.add(child_tokens, beam[:, None].expand(k, k), calls, child_lp,
+                                child_scores, torch.arange(k, device=device).expand(k, k))
+            beam_scores, best = child_scores.flatten().topk(k)
+            beam, beam_tokens = children[best], child_tokens[best]
+            beam_features = feats[best // k]
+            beam_parent_slots = slots[best // k]
+            confidence.append(torch.logsumexp(beam_scores, 0))
+        runner.end_tree()
+        cat = pool.cat()
+        keep = rerank(cat["scores"], cat["depths"], self.total_tokens)
+        expanded = torch.cat(in_beam) if in_beam else torch.zeros(0, dtype=torch.long, device=device)
+        return Draft(cat, DraftTree.from_pool(cat, keep), expanded, confidence, checks, calls, self.policy.max_calls)

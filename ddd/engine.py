@@ -1,0 +1,272 @@
+"""The decoding loop: one entry point, `generate`, for plain decoding and every drafting strategy.
+
+Each step drafts (speculative methods), verifies with ONE target forward over the tree, accepts, and
+commits: the target's KV cache keeps only the prefix and the accepted path. Every step yields a trace
+record; nothing in the record feeds back into decoding.
+"""
+from __future__ import annotations
+
+import time
+from collections.abc import Iterator
+from typing import Any
+
+import torch
+from transformers import DynamicCache
+
+from .acceptance import Acceptance, accept_greedy, accept_sampled, next_token
+from .drafting import Draft, Drafter, DynamicTreeDrafter, HeadRunner, StaticTreeDrafter
+from .head import EagleHead
+from .models import Target
+from .settings import Sampling, SettingsError, method_settings, settings_dict
+from .trace import DraftNode, RunTrace, Step, summarize
+from .tree import DraftTree, Pool
+
+
+class PromptError(ValueError):
+    """The prompt cannot be decoded (empty, or longer than the model's context)."""
+
+
+def make_drafter(method: str, settings: Any) -> Drafter | None:
+    if method == "plain":
+        return None
+    if method == "eagle":
+        return StaticTreeDrafter(settings)
+    if method == "eagle2":
+        return DynamicTreeDrafter.eagle2(settings)
+    return DynamicTreeDrafter.ddd(settings)
+
+
+def encode_prompt(target: Target, prompt: str, chat: bool = True) -> list[int]:
+    """Token ids of a user prompt, through the tokenizer's chat template when it has one."""
+    if not prompt or not prompt.strip():
+        raise PromptError("The prompt is empty: type a question or pick an example.")
+    tok = target.tokenizer
+    if chat and getattr(tok, "chat_template", None):
+        text = tok.apply_chat_template([{"role": "user", "content": prompt}], tokenize=False, add_generation_prompt=True)
+        ids = tok(text, add_special_tokens=False)["input_ids"]
+    else:
+        ids = tok(prompt)["input_ids"]
+    if len(ids) >= target.context_limit - 1:
+        raise PromptError(
+            f"The prompt is {len(ids)} tokens long but {target.name} reads at most {target.context_limit} "
+            "tokens including its answer: shorten the prompt."
+        )
+    return ids
+
+
+def _keep_cache(cache: DynamicCache, past: int, kept: torch.Tensor) -> None:
+    """Keep the first `past` entries plus the tree entries `kept` (ascending), contiguously."""
+    contiguous = bool((kept == torch.arange(kept.numel(), device=kept.device)).all())
+    for layer in cache.layers:
+        if contiguous:
+            layer.keys, layer.values = layer.keys[:, :, : past + kept.numel()], layer.values[:, :, : past + kept.numel()]
+        else:
+            index = torch.cat((torch.arange(past, device=kept.device), past + kept))
+            layer.keys, layer.values = layer.keys.index_select(2, index), layer.values.index_select(2, index)
+
+
+class Generation:
+    """An iterator of Steps; after (or during) iteration `.trace` holds the whole run."""
+
+    def __init__(self, target: Target, head: EagleHead | None, prompt: str, method: str = "ddd", *,
+                 max_new_tokens: int = 128, sampling: Sampling | None = None, settings: Any = None,
+                 chat: bool = True, record: bool = True):
+        self.target, self.head, self.method = target, head, method
+        self.sampling = sampling or Sampling()
+        self.sampling.validate()
+        self.settings = settings if settings is not None else method_settings(method)
+        if method != "plain" and head is None:
+            raise SettingsError(f"Method {method!r} needs a draft head; load one or use method 'plain'.")
+        self.settings.validate(head.draft_vocab_size if head is not None else target.vocab_size)
+        if max_new_tokens < 1:
+            raise SettingsError(f"max_new_tokens must be at least 1, not {max_new_tokens}.")
+        self.max_new_tokens = max_new_tokens
+        self.record = record
+        self.prompt_ids = encode_prompt(target, prompt, chat)
+        self.drafter = make_drafter(method, self.settings)
+        self.token_ids: list[int] = []
+        self._text = ""
+        self._stop_requested = False
+        self._token_text: dict[int, str] = {}
+        self._eos = target.eos_ids()
+        self.trace = RunTrace(
+            method=method, settings=settings_dict(self.settings), sampling=settings_dict(self.sampling),
+            model=target.name, head=getattr(head, "name", None) if head is not None else None, prompt=prompt,
+            prompt_tokens=len(self.prompt_ids), precision=target.precision, device=str(target.device),
+        )
+
+    def stop(self) -> None:
+        """Ask the run to end after the current step."""
+        self._stop_requested = True
+
+    @property
+    def text(self) -> str:
+        return self._text
+
+    def _sync(self) -> float:
+        if self.target.device.type == "cuda":
+            torch.cuda.synchronize()
+        return time.perf_counter()
+
+    def __iter__(self) -> Iterator[Step]:
+        with torch.inference_mode():
+            yield from self._run()
+        self.trace.summary = summarize(self.trace.steps)
+
+    # -- the loop --------------------------------------------------------------------------------
+
+    def _run(self) -> Iterator[Step]:
+        model = self.target.model
+        device = self.target.device
+        generator = torch.Generator().manual_seed(self.sampling.seed)
+        cache = DynamicCache(config=model.config)
+        ids = torch.tensor([self.prompt_ids], device=device)
+
+        start = self._sync()
+        hidden = model.model(input_ids=ids, cache=cache, use_cache=True).last_hidden_state[0]
+        token = next_token(model.lm_head(hidden[-1]), self.sampling, generator)
+        verified = self._sync()
+        step = Step(index=0, token_ids=[token], text="", accepted=0, verify_ms=(verified - start) * 1e3, prefill=True)
+        if self._emit(step, verified):
+            yield step
+            return
+        yield step
+
+        runner = HeadRunner(self.head, self.target) if self.drafter else None
+        # What the head has not seen yet: features f_t with the tokens x_{t+1} that follow them.
+        pending_features, pending_next = hidden, ids[0, 1:].tolist() + [token]
+        limit = self.target.context_limit
+        index = 1
+        while True:
+            past = cache.get_seq_length()
+            start = self._sync()
+            if runner is None:
+                draft = None
+                hidden = model.model(input_ids=torch.tensor([[token]], device=device), cache=cache,
+                                     use_cache=True).last_hidden_state[0]
+                drafted = verified = self._sync()
+                acceptance = Acceptance([0], next_token(model.lm_head(hidden[-1]), self.sampling, generator))
+            else:
+                root = torch.tensor(token, device=device)
+                depth_limit = limit - 1 - past
+                if depth_limit >= 1:
+                    root_feature = runner.extend(torch.tensor(pending_next, device=device), pending_features)
+                    draft = self.drafter.draft(runner, root, root_feature, depth_limit)
+                    pending_features, pending_next = pending_features[:0], []
+                else:  # at the context limit: verify the root alone, one plain step
+                    pool = Pool.with_root(root).cat()
+                    draft = Draft(pool, DraftTree.from_pool(pool, torch.zeros(1, dtype=torch.long, device=device)),
+                                  torch.zeros(0, dtype=torch.long))
+                drafted = self._sync()
+                hidden, logits = self._verify(cache, draft.tree, past)
+                verified = self._sync()
+                acceptance = self._accept(draft, logits, generator)
+                path = torch.tensor(acceptance.path, device=device)
+                _keep_cache(cache, past, path)
+                accepted_tokens = draft.tree.tokens[path[1:]].tolist()
+                pending_features = torch.cat((pending_features, hidden[path]))
+                pending_next = pending_next + accepted_tokens + [acceptance.bonus]
+            new = (draft.tree.tokens[torch.tensor(acceptance.path[1:], dtype=torch.long)].tolist() if draft else []) + [acceptance.bonus]
+            token = acceptance.bonus
+            step = Step(index=index, token_ids=new, text="", accepted=len(new) - 1,
+                        draft_ms=(drafted - start) * 1e3, verify_ms=(verified - drafted) * 1e3)
+            if draft is not None:
+                self._describe(step, draft, acceptance)
+            done = self._emit(step, verified)
+            if not done and cache.get_seq_length() >= limit:
+                self.trace.stop_reason = f"context limit: {self.target.name} reads at most {limit} tokens"
+                done = True
+            yield step
+            if done:
+                return
+            index += 1
+
+    def _verify(self, cache: DynamicCache, tree: DraftTree, past: int) -> tuple[torch.Tensor, torch.Tensor]:
+        """One target forward over the whole tree: each node sees the prefix, its ancestors and itself."""
+        model = self.target.model
+        n = len(tree)
+        dtype = model.dtype
+        visible = torch.cat((torch.ones(n, past, dtype=torch.bool, device=tree.tokens.device), tree.ancestor_mask()), 1)
+        mask = torch.zeros(visible.shape, dtype=dtype, device=visible.device).masked_fill_(~visible, torch.finfo(dtype).min)
+        hidden = model.model(input_ids=tree.tokens[None], attention_mask=mask[None, None],
+                             position_ids=(past + tree.depths)[None], cache=cache, use_cache=True).last_hidden_state[0]
+        return hidden, model.lm_head(hidden)
+
+    def _accept(self, draft: Draft, logits: torch.Tensor, generator: torch.Generator) -> Acceptance:
+        if self.sampling.greedy:
+            return accept_greedy(draft.tree, logits)
+        return accept_sampled(draft.tree, logits, self.sampling, generator, draft.pool["ranks"][draft.tree.pool_index])
+
+    def _emit(self, step: Step, verified_at: float) -> bool:
+        """Apply the stop rules to the step's tokens, add its text, finish its timing; True when the run ends."""
+        done = False
+        for i, tok in enumerate(step.token_ids):
+            if tok in self._eos:
+                step.token_ids = step.token_ids[: i + 1]
+                self.trace.stop_reason = "end of turn"
+                done = True
+                break
+        room = self.max_new_tokens - len(self.token_ids)
+        if len(step.token_ids) >= room:
+            step.token_ids = step.token_ids[:room]
+            self.trace.stop_reason = self.trace.stop_reason or "max_new_tokens"
+            done = True
+        step.accepted = min(step.accepted, max(len(step.token_ids) - 1, 0)) if not step.prefill else 0
+        self.token_ids.extend(step.token_ids)
+        text = self.target.tokenizer.decode(self.token_ids, skip_special_tokens=True)
+        if not text.endswith("\ufffd"):  # hold back half a multi-byte character until it completes
+            step.text, self._text = text[len(self._text):], text
+        if self._stop_requested and not done:
+            self.trace.stop_reason = "stopped"
+            done = True
+        if done:
+            final = self.target.tokenizer.decode(self.token_ids, skip_special_tokens=True)
+            step.text += final[len(self._text):]
+            self._text = final
+            self.trace.text = final
+        self.trace.steps.append(step)
+        step.other_ms = (self._sync() - verified_at) * 1e3
+        return done
+
+    def _describe(self, step: Step, draft: Draft, acceptance: Acceptance) -> None:
+        step.draft_calls = draft.draft_calls
+        step.max_draft_calls = draft.max_draft_calls
+        step.verified = len(draft.tree)
+        step.checks = draft.checks
+        step.confidence = [float(c) for c in draft.confidence]
+        step.bonus_id = acceptance.bonus
+        step.bonus_text = self._token(acceptance.bonus)
+        tree_index = draft.tree.pool_index.tolist()
+        step.accepted_path = [tree_index[i] for i in acceptance.path]
+        if not self.record:
+            return
+        pool = {k: v.tolist() for k, v in draft.pool.items()}
+        kept = set(tree_index)
+        accepted = set(step.accepted_path)
+        beam = set(draft.in_beam.tolist())
+        for i, tok in enumerate(pool["tokens"]):
+            status = ("root" if i == 0 else "accepted" if i in accepted else "rejected" if i in kept else "pruned")
+            step.pool.append(DraftNode(
+                index=i, token_id=tok, text=self._token(tok), parent=pool["parents"][i], depth=pool["depths"][i],
+                logprob=pool["logprobs"][i], score=pool["scores"][i], rank=pool["ranks"][i], in_beam=i in beam,
+                status=status,
+            ))
+
+    def _token(self, token_id: int) -> str:
+        if token_id not in self._token_text:
+            self._token_text[token_id] = self.target.tokenizer.decode([token_id])
+        return self._token_text[token_id]
+
+
+def generate(target: Target, head: EagleHead | None, prompt: str, method: str = "ddd", *,
+             max_new_tokens: int = 128, sampling: Sampling | None = None, chat: bool = True,
+             record: bool = True, temperature: float | None = None, top_p: float | None = None,
+             seed: int | None = None, **settings: Any) -> Generation:
+    """Decode `prompt` with `method` (plain, eagle, eagle2, ddd). Extra keyword arguments are the method's
+    settings (e.g. top_k=10, threshold=-0.3); temperature/top_p/seed are shortcuts into `sampling`."""
+    sampling = sampling or Sampling()
+    for name, value in (("temperature", temperature), ("top_p", top_p), ("seed", seed)):
+        if value is not None:
+            setattr(sampling, name, value)
+    return Generation(target, head, prompt, method, max_new_tokens=max_new_tokens, sampling=sampling,
+                      settings=method_settings(method, **settings), chat=chat, record=record)

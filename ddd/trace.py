@@ -1,0 +1,169 @@
+"""The step trace: the one object between the engine and everything that shows or measures it.
+
+Every record is plain data (JSON-serialisable). A run saves to and loads from one JSON file that
+carries SCHEMA_VERSION; a file of another version is refused with a clear message.
+"""
+from __future__ import annotations
+
+import json
+import statistics
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+from typing import Any
+
+SCHEMA_VERSION = 1
+STATUSES = ("root", "accepted", "rejected", "pruned")
+
+
+class TraceFileError(ValueError):
+    """A trace file is missing, broken or of another schema version."""
+
+
+@dataclass
+class DraftNode:
+    """One candidate of a step's draft pool (index 0 is the root: the last token the target produced)."""
+
+    index: int
+    token_id: int
+    text: str
+    parent: int  # -1 for the root
+    depth: int
+    logprob: float  # draft log-probability given its parent
+    score: float  # cumulative draft log-probability from the root
+    rank: int  # rank among its siblings (0 = the draft's best)
+    in_beam: bool  # was expanded by a draft call
+    status: str  # root | accepted | rejected (verified, not accepted) | pruned (dropped by rerank)
+
+
+@dataclass
+class DepthCheck:
+    call: int  # draft calls made when H was checked
+    confidence: float  # H = logsumexp of the beam's cumulative scores
+    stop: bool
+
+
+@dataclass
+class Step:
+    index: int
+    token_ids: list[int]  # tokens emitted this step (accepted drafts, then the bonus)
+    text: str  # the text they added
+    accepted: int  # draft tokens accepted (0 for plain decoding and the prefill)
+    draft_ms: float = 0.0
+    verify_ms: float = 0.0
+    other_ms: float = 0.0
+    prefill: bool = False
+    pool: list[DraftNode] = field(default_factory=list)
+    confidence: list[float] = field(default_factory=list)  # H after every draft call
+    checks: list[DepthCheck] = field(default_factory=list)
+    draft_calls: int = 0
+    max_draft_calls: int = 0
+    verified: int = 0  # tree nodes sent to the target, root included
+    accepted_path: list[int] = field(default_factory=list)  # pool indices from the root
+    bonus_id: int | None = None
+    bonus_text: str = ""
+
+    @property
+    def ms(self) -> float:
+        return self.draft_ms + self.verify_ms + self.other_ms
+
+    def to_dict(self) -> dict[str, Any]:
+        return asdict(self)
+
+    @classmethod
+    def from_dict(cls, data: dict[str, Any]) -> "Step":
+        data = dict(data)
+        data["pool"] = [DraftNode(**n) for n in data.get("pool", [])]
+        data["checks"] = [DepthCheck(**c) for c in data.get("checks", [])]
+        return cls(**data)
+
+
+@dataclass
+class RunTrace:
+    method: str
+    settings: dict[str, Any]
+    sampling: dict[str, Any]
+    model: str
+    head: str | None
+    prompt: str
+    prompt_tokens: int
+    steps: list[Step] = field(default_factory=list)
+    text: str = ""
+    stop_reason: str = ""
+    summary: dict[str, Any] = field(default_factory=dict)
+    precision: str = "float32"
+    device: str = "cpu"
+    schema_version: int = SCHEMA_VERSION
+
+    def to_dict(self) -> dict[str, Any]:
+        out = asdict(self)
+        out["steps"] = [s.to_dict() for s in self.steps]
+        return out
+
+    @classmethod
+    def from_dict(cls, data: dict[str, Any]) -> "RunTrace":
+        version = data.get("schema_version")
+        if version != SCHEMA_VERSION:
+            raise TraceFileError(
+                f"This trace has schema version {version!r}; this program reads version {SCHEMA_VERSION}."
+            )
+        data = dict(data)
+        data["steps"] = [Step.from_dict(s) for s in data.get("steps", [])]
+        try:
+            return cls(**data)
+        except TypeError as err:
+            raise TraceFileError(f"The trace does not have the expected fields: {err}.") from err
+
+    def save(self, path: str | Path) -> Path:
+        path = Path(path)
+        path.parent.mkdir(parents=True, exist_ok=True)
+        path.write_text(json.dumps(self.to_dict(), ensure_ascii=False))
+        return path
+
+    @classmethod
+    def load(cls, path: str | Path) -> "RunTrace":
+        path = Path(path)
+        if not path.exists():
+            raise TraceFileError(f"No trace file at {path}.")
+        try:
+            data = json.loads(path.read_text())
+        except (json.JSONDecodeError, UnicodeDecodeError) as err:
+            raise TraceFileError(f"{path} is not a readable JSON trace: {err}.") from err
+        if not isinstance(data, dict):
+            raise TraceFileError(f"{path} is not a trace: it holds a JSON {type(data).__name__}, not an object.")
+        try:
+            return cls.from_dict(data)
+        except (TypeError, KeyError) as err:
+            raise TraceFileError(f"{path} is not a valid trace: {err}.") from err
+
+
+def summarize(steps: list[Step]) -> dict[str, Any]:
+    """Summary metrics (names of DESIGN.md 5). tau counts decode steps only: the prefill always emits one token."""
+    decode = [s for s in steps if not s.prefill]
+    prefill_ms = sum(s.ms for s in steps if s.prefill)
+    tokens = sum(len(s.token_ids) for s in steps)
+    decode_tokens = sum(len(s.token_ids) for s in decode)
+    total_ms = sum(s.ms for s in steps)
+    draft_ms = sum(s.draft_ms for s in decode)
+    verify_ms = sum(s.verify_ms for s in decode)
+    other_ms = sum(s.other_ms for s in decode)
+    decode_ms = draft_ms + verify_ms + other_ms
+    verified = sum(max(s.verified - 1, 0) for s in decode)
+    accepted = sum(s.accepted for s in decode)
+    speculative = [s for s in decode if s.draft_calls]
+    return {
+        "new_tokens": tokens,
+        "tokens_per_s": tokens / (total_ms / 1000) if total_ms else 0.0,
+        "decode_tokens_per_s": decode_tokens / (decode_ms / 1000) if decode_ms else 0.0,
+        "prefill_ms": prefill_ms,
+        "total_ms": total_ms,
+        "target_forwards": len(steps),
+        "tau": decode_tokens / len(decode) if decode else 0.0,
+        "acceptance_rate": accepted / verified if verified else 0.0,
+        "mean_draft_depth": statistics.fmean(s.draft_calls for s in speculative) if speculative else 0.0,
+        "draft_ms": draft_ms,
+        "verify_ms": verify_ms,
+        "other_ms": other_ms,
+        "draft_ms_per_step": draft_ms / len(decode) if decode else 0.0,
+        "verify_ms_per_step": verify_ms / len(decode) if decode else 0.0,
+        "other_ms_per_step": other_ms / len(decode) if decode else 0.0,
+    }

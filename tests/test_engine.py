@@ -1,0 +1,119 @@
+"""Greedy losslessness, tree invariants and trace recording on tiny random Llama and Qwen2 models."""
+import pytest
+import torch
+
+from ddd import generate
+from ddd.drafting import DynamicTreeDrafter, HeadRunner
+from ddd.settings import Eagle2Settings
+from ddd.tree import DraftTree
+from tests.tiny import PROMPTS
+
+UNSEEN = ["seven cats", "Translate to French: the dog"]
+TREE_SETTINGS = {
+    "eagle": [{}, {"tree": [[0], [1], [0, 0], [0, 0, 0], [1, 0]]}],
+    "eagle2": [{}, {"top_k": 3, "draft_calls": 4, "total_tokens": 8}, {"top_k": 1, "draft_calls": 9, "total_tokens": 10}],
+    "ddd": [{}, {"check_steps": "all", "threshold": -0.05}, {"top_k": 4, "max_draft_calls": 6, "check_steps": "2,4",
+                                                            "total_tokens": 12}],
+}
+
+
+def decode(target, head, prompt, method, **settings):
+    run = generate(target, head, prompt, method, max_new_tokens=40, **settings)
+    steps = list(run)
+    return run, steps
+
+
+@pytest.mark.parametrize("family", ["llama", "qwen"])
+@pytest.mark.parametrize("method", ["eagle", "eagle2", "ddd"])
+def test_greedy_equals_plain_greedy(request, family, method):
+    target = request.getfixturevalue(family)
+    head = request.getfixturevalue(f"{family}_head")
+    accepted = 0
+    for prompt in PROMPTS[:3] + UNSEEN:
+        plain, _ = decode(target, None, prompt, "plain")
+        for settings in TREE_SETTINGS[method]:
+            run, steps = decode(target, head, prompt, method, **settings)
+            assert run.token_ids == plain.token_ids, (prompt, settings)
+            assert run.text == plain.text
+            accepted += sum(s.accepted for s in steps)
+    assert accepted > 50  # the fitted head gets drafts accepted: long accepted paths were exercised
+
+
+def test_recording_does_not_change_tokens(llama, llama_head):
+    recorded, _ = decode(llama, llama_head, PROMPTS[0], "ddd")
+    bare = generate(llama, llama_head, PROMPTS[0], "ddd", max_new_tokens=40, record=False)
+    list(bare)
+    assert bare.token_ids == recorded.token_ids
+    assert all(not s.pool for s in bare.trace.steps)
+
+
+def test_steps_add_up_to_the_text(llama, llama_head):
+    run, steps = decode(llama, llama_head, PROMPTS[1], "eagle2")
+    assert "".join(s.text for s in steps) == run.text
+    assert [t for s in steps for t in s.token_ids] == run.token_ids
+    assert run.trace.summary["new_tokens"] == len(run.token_ids) == 40
+
+
+def test_tree_invariants(llama, llama_head):
+    _, steps = decode(llama, llama_head, PROMPTS[2], "eagle2", top_k=4, total_tokens=20)
+    for step in steps[1:]:
+        kept = [n for n in step.pool if n.status != "pruned"]
+        assert len(kept) == step.verified <= 20
+        index = {n.index: n for n in step.pool}
+        for node in step.pool[1:]:
+            assert node.parent < node.index  # parents before children
+            assert node.depth == index[node.parent].depth + 1
+            assert node.score == pytest.approx(index[node.parent].score + node.logprob, abs=1e-4)
+            if node.status != "pruned":
+                assert index[node.parent].status != "pruned"  # rerank keeps every kept node's parent
+        path = step.accepted_path
+        assert path[0] == 0 and [index[i].depth for i in path] == list(range(len(path)))
+        assert len(path) - 1 == step.accepted or step is steps[-1]
+
+
+def test_ancestor_mask_and_positions():
+    # root -> a, b; a -> c; c -> d
+    tree = DraftTree(tokens=torch.tensor([5, 6, 7, 8, 9]), parents=torch.tensor([-1, 0, 0, 1, 3]),
+                     depths=torch.tensor([0, 1, 1, 2, 3]), pool_index=torch.arange(5))
+    mask = tree.ancestor_mask()
+    expected = [{0}, {0, 1}, {0, 2}, {0, 1, 3}, {0, 1, 3, 4}]
+    assert [set(torch.nonzero(row).flatten().tolist()) for row in mask] == expected
+    assert sorted(tree.paths()) == [[0, 1, 3, 4], [0, 2]]
+
+
+def test_verify_positions_are_prefix_plus_depth(llama, llama_head, monkeypatch):
+    seen = []
+    original = llama.model.model.forward
+
+    def spy(*args, **kwargs):
+        if kwargs.get("attention_mask") is not None:
+            seen.append((kwargs["position_ids"][0].tolist(), kwargs["cache"].get_seq_length()))
+        return original(*args, **kwargs)
+
+    monkeypatch.setattr(llama.model.model, "forward", spy)
+    run = generate(llama, llama_head, PROMPTS[0], "eagle2", max_new_tokens=12)
+    steps = list(run)
+    assert seen
+    for (positions, past), step in zip(seen, steps[1:]):
+        depths = {n.index: n.depth for n in step.pool}
+        kept = [n.index for n in step.pool if n.status != "pruned"]
+        assert positions == [past + depths[i] for i in kept]
+
+
+def test_dynamic_tree_keeps_budget_and_best_scores(llama, llama_head):
+    _, steps = decode(llama, llama_head, UNSEEN[0], "eagle2", top_k=5, draft_calls=5, total_tokens=15)
+    for step in steps[1:]:
+        kept = [n.score for n in step.pool[1:] if n.status != "pruned"]
+        pruned = [n.score for n in step.pool[1:] if n.status == "pruned"]
+        assert len(kept) == 14 and len(step.pool) == 1 + 5 + 4 * 25
+        assert min(kept) >= max(pruned) - 1e-6
+        assert sum(n.in_beam for n in step.pool) == 4 * 5
+
+
+def test_head_runner_drops_tree_nodes_from_its_cache(llama, llama_head):
+    runner = HeadRunner(llama_head, llama)
+    hidden = torch.randn(6, llama.hidden_size)
+    root_feature = runner.extend(torch.arange(3, 9), hidden)
+    drafter = DynamicTreeDrafter.eagle2(Eagle2Settings(top_k=3, draft_calls=4, total_tokens=10))
+    drafter.draft(runner, torch.tensor(8), root_feature, depth_limit=100)
+    assert runner.context_length == 6

@@ -1,0 +1,88 @@
+"""Tiny random models saved to disk, loaded through the same code path as a hub id or a local directory."""
+from __future__ import annotations
+
+from pathlib import Path
+
+import torch
+from tokenizers import Tokenizer, decoders, models, pre_tokenizers, trainers
+from transformers import LlamaConfig, LlamaForCausalLM, PreTrainedTokenizerFast, Qwen2Config, Qwen2ForCausalLM
+
+from ddd import Target, encode_prompt, load_target, new_head
+from ddd.head import EagleHead
+
+CHAT_TEMPLATE = (
+    "{% for m in messages %}<|im_start|>{{ m['role'] }}\n{{ m['content'] }}<|im_end|>\n{% endfor %}"
+    "{% if add_generation_prompt %}<|im_start|>assistant\n{% endif %}"
+)
+CORPUS = [
+    "the cat sat on the mat and the dog sat on the log",
+    "one two three four five six seven eight nine ten",
+    "def add(a, b): return a + b",
+    "Translate to French: the house is red. La maison est rouge.",
+] * 20
+
+
+def tiny_tokenizer(directory: Path) -> PreTrainedTokenizerFast:
+    tok = Tokenizer(models.BPE())
+    tok.pre_tokenizer = pre_tokenizers.ByteLevel(add_prefix_space=False)
+    tok.decoder = decoders.ByteLevel()
+    trainer = trainers.BpeTrainer(vocab_size=160, special_tokens=["<|endoftext|>", "<|im_start|>", "<|im_end|>"],
+                                  initial_alphabet=pre_tokenizers.ByteLevel.alphabet())
+    tok.train_from_iterator(CORPUS, trainer)
+    fast = PreTrainedTokenizerFast(tokenizer_object=tok, eos_token="<|im_end|>", bos_token="<|endoftext|>",
+                                   pad_token="<|endoftext|>")
+    fast.chat_template = CHAT_TEMPLATE
+    fast.save_pretrained(directory)
+    return fast
+
+
+def save_tiny_model(directory: Path, family: str = "llama", seed: int = 0, max_positions: int = 256) -> Path:
+    tokenizer = tiny_tokenizer(directory)
+    common = dict(vocab_size=len(tokenizer), hidden_size=64, intermediate_size=128, num_hidden_layers=2,
+                  num_attention_heads=4, num_key_value_heads=2, max_position_embeddings=max_positions,
+                  eos_token_id=tokenizer.eos_token_id, bos_token_id=tokenizer.bos_token_id,
+                  pad_token_id=tokenizer.pad_token_id, initializer_range=0.3, tie_word_embeddings=False)
+    torch.manual_seed(seed)
+    model = LlamaForCausalLM(LlamaConfig(**common)) if family == "llama" else Qwen2ForCausalLM(Qwen2Config(**common))
+    model.save_pretrained(directory)
+    return directory
+
+
+PROMPTS = ["the cat sat", "one two three", "def add(a, b)", "five six", "La maison", "seven eight nine"]
+
+
+def fit_head(target: Target, prompts: list[str] = PROMPTS, steps: int = 300, seed: int = 0) -> EagleHead:
+    """A head fitted for a few seconds on the target's own greedy answers to `prompts`, so that drafts get
+    accepted there and the tests exercise long accepted paths, not only the root."""
+    torch.manual_seed(seed)
+    model = target.model
+    with torch.no_grad():
+        answers = []
+        for prompt in prompts:
+            ids = torch.tensor([encode_prompt(target, prompt)])
+            answers.append(model.generate(ids, attention_mask=torch.ones_like(ids), max_new_tokens=48,
+                                          do_sample=False, min_new_tokens=48, pad_token_id=0)[0])
+        # Right padding leaves every real position's causal context untouched; padded positions carry no loss.
+        length = max(len(a) for a in answers)
+        seqs = torch.stack([torch.nn.functional.pad(a, (0, length - len(a))) for a in answers])
+        valid = torch.stack([torch.arange(length) < len(a) for a in answers])[:, 2:]
+        feats = model.model(input_ids=seqs).last_hidden_state
+        next_probs = model.lm_head(feats[:, 1:-1]).softmax(-1)[valid]
+    head = new_head(target, seed=seed).train().requires_grad_(True)
+    embed = model.get_input_embeddings()
+    opt = torch.optim.AdamW(head.parameters(), lr=1e-2)
+    positions = torch.arange(length - 2)[None].expand(len(answers), -1)
+    for _ in range(steps):
+        noisy = feats[:, :-2] + (torch.rand_like(feats[:, :-2]) - 0.5) * 0.1
+        pred = head(embed(seqs[:, 1:-1]), noisy, positions)
+        loss = torch.nn.functional.smooth_l1_loss(pred[valid], feats[:, 1:-1][valid])
+        loss = loss + torch.nn.functional.cross_entropy(model.lm_head(pred[valid]), next_probs)
+        opt.zero_grad()
+        loss.backward()
+        opt.step()
+    head.name = "tiny-fitted"
+    return head.eval().requires_grad_(False)
+
+
+def load_tiny(directory: Path) -> Target:
+    return load_target(str(directory))
