@@ -138,6 +138,10 @@ class Generation:
         limit = self.target.context_limit
         index = 1
         while True:
+            if self._stop_requested:
+                self.trace.stop_reason = "stopped"
+                self.trace.steps[-1].text += self._finish()
+                return
             past = cache.get_seq_length()
             start = self._sync()
             if runner is None:
@@ -216,17 +220,18 @@ class Generation:
         text = self.target.tokenizer.decode(self.token_ids, skip_special_tokens=True)
         if not text.endswith("\ufffd"):  # hold back half a multi-byte character until it completes
             step.text, self._text = text[len(self._text):], text
-        if self._stop_requested and not done:
-            self.trace.stop_reason = "stopped"
-            done = True
         if done:
-            final = self.target.tokenizer.decode(self.token_ids, skip_special_tokens=True)
-            step.text += final[len(self._text):]
-            self._text = final
-            self.trace.text = final
+            step.text += self._finish()
         self.trace.steps.append(step)
         step.other_ms = (self._sync() - verified_at) * 1e3
         return done
+
+    def _finish(self) -> str:
+        """Settle the run's text (flushing any held-back partial character); returns what it added."""
+        final = self.target.tokenizer.decode(self.token_ids, skip_special_tokens=True)
+        added, self._text = final[len(self._text):], final
+        self.trace.text = final
+        return added
 
     def _describe(self, step: Step, draft: Draft, acceptance: Acceptance) -> None:
         step.draft_calls = draft.draft_calls
