@@ -1,0 +1,166 @@
+"""Plain words for every step of a run, built only from its trace."""
+from __future__ import annotations
+
+import math
+
+from ddd.trace import RunTrace, Step
+
+from .race import METHOD_LABELS, Race
+from .tokens import quoted
+
+MAX_LISTED = 5
+
+
+def _listing(texts: list[str], limit: int = MAX_LISTED) -> str:
+    shown = ", ".join(quoted(t) for t in texts[:limit])
+    return shown + (f" and {len(texts) - limit} more" if len(texts) > limit else "")
+
+
+def _plural(n: int, word: str, plural: str | None = None) -> str:
+    return f"{n} {word if n == 1 else (plural or word + 's')}"
+
+
+def candidates_drafted(step: Step, trace: RunTrace | None) -> int:
+    """Candidates the draft proposed this step: top_k at the root call, top_k² per later call (EAGLE-2 / DDD);
+    falls back to the recorded pool when the settings do not say."""
+    top_k = trace.settings.get("top_k") if trace is not None else None
+    if top_k and trace is not None and trace.method in ("eagle2", "ddd") and step.draft_calls:
+        return int(top_k + (step.draft_calls - 1) * top_k * top_k)
+    return max(len(step.pool) - 1, 0)
+
+
+def _ms_per_call(step: Step) -> float:
+    return step.draft_ms / step.draft_calls if step.draft_calls else 0.0
+
+
+def _plain_ms_per_token(race: Race | None) -> float | None:
+    plain = race.get("plain") if race is not None else None
+    if plain is None:
+        return None
+    steps = [s for s in plain.steps if not s.prefill]
+    tokens = sum(len(s.token_ids) for s in steps)
+    return sum(s.ms for s in steps) / tokens if tokens else None
+
+
+def _eagle2_depth(race: Race | None) -> int | None:
+    eagle2 = race.get("eagle2") if race is not None else None
+    if eagle2 is None:
+        return None
+    calls = eagle2.settings.get("draft_calls")
+    return int(calls) if calls else None
+
+
+def narrate(step: Step, trace: RunTrace, race: Race | None = None) -> str:
+    """What happened in `step` of `trace`, in a few sentences of Markdown."""
+    name = METHOD_LABELS.get(trace.method, trace.method)
+    tokens = len(step.token_ids)
+    if step.prefill:
+        first = quoted(step.text) if step.text else "its first token"
+        return (f"**Step 0 — prefill.** The target read the {_plural(trace.prompt_tokens, 'prompt token')} in one "
+                f"forward pass ({step.ms:.0f} ms) and produced {first}. Nothing is drafted before the first token: "
+                "the draft head needs the target's features of the prompt first.")
+    if not step.draft_calls:
+        return (f"**Step {step.index} — {name}.** One target forward ({step.ms:.0f} ms) produced one token, "
+                f"{quoted(step.text)}. Plain decoding always pays one full forward pass per token.")
+    parts = [f"**Step {step.index} — {name}.**"]
+    levels = step.draft_calls
+    drafted = candidates_drafted(step, trace)
+    checked = max(step.verified - 1, 0)
+    parts.append(f"The draft head proposed {_plural(drafted, 'candidate')} in {_plural(levels, 'level')} "
+                 f"({_plural(levels, 'draft call')}, {step.draft_ms:.0f} ms); the rerank kept the "
+                 f"{checked} with the highest cumulative probability and the target checked them all in one "
+                 f"forward pass ({step.verify_ms:.0f} ms).")
+    parts.append(_acceptance(step, trace))
+    if trace.method == "ddd":
+        parts.append(_depth(step, race))
+    parts.append(_timing(step, race, tokens))
+    return " ".join(p for p in parts if p)
+
+
+def _acceptance(step: Step, trace: RunTrace) -> str:
+    nodes = {n.index: n for n in step.pool}
+    path = [nodes[i] for i in step.accepted_path[1:] if i in nodes]
+    accepted_texts = [n.text for n in path[: step.accepted]]
+    bonus = quoted(step.bonus_text) if step.bonus_id is not None else "a token of its own"
+    greedy = float(trace.sampling.get("temperature", 0.0) or 0.0) == 0.0
+    last = step.accepted_path[step.accepted] if len(step.accepted_path) > step.accepted else 0
+    verified_children = [n for n in step.pool if n.parent == last and n.status != "pruned"]
+    other_rejected = sum(1 for n in step.pool if n.status == "rejected") - len(verified_children)
+    why = "did not match the target's own choice" if greedy else "failed the sampling test against the target's probabilities"
+    if step.accepted == 0:
+        if verified_children:
+            text = (f"Nothing was accepted: at the first level the target wanted {bonus}, and the "
+                    f"{_plural(len(verified_children), 'candidate')} drafted there ({_listing([n.text for n in verified_children])}) "
+                    f"{why}. ")
+        else:
+            text = "Nothing was accepted. "
+        text += (f"Every deeper candidate hung from a rejected one, so the whole tree was rejected. The step still "
+                 f"emitted one token, the target's own {bonus}: no gain over a plain step, and the drafting time was spent for nothing.")
+        return text
+    text = (f"The target accepted {_plural(step.accepted, 'draft token')} ({_listing(accepted_texts)})")
+    if path:
+        text += f", a path the draft had given cumulative probability {math.exp(path[step.accepted - 1].score):.2f}"
+    text += f", then added {bonus} itself (the bonus token)."
+    deepest = max((n.depth for n in step.pool if n.status != "pruned"), default=0)
+    if step.accepted >= step.draft_calls or (not verified_children and step.accepted >= deepest):
+        text += (" That is every level the draft built: the whole accepted path survived, so drafting deeper "
+                 "could have given even more tokens this step.")
+    elif verified_children:
+        text += (f" At level {step.accepted + 1} the {_plural(len(verified_children), 'candidate')} checked there "
+                 f"({_listing([n.text for n in verified_children])}) {why}.")
+        dropped = [n for n in step.pool if n.parent == last and n.status == "pruned" and n.token_id == step.bonus_id]
+        if dropped:
+            text += f" The draft had proposed {bonus} there too, but the rerank dropped it as too unlikely."
+    else:
+        text += f" The draft tree had nothing verified below level {step.accepted}, so the target took over there."
+    if other_rejected > 0:
+        text += (f" The other {_plural(other_rejected, 'rejected candidate')} lay on branches that left the "
+                 "accepted path.")
+    return text
+
+
+def _depth(step: Step, race: Race | None) -> str:
+    calls, limit = step.draft_calls, step.max_draft_calls
+    eagle2 = _eagle2_depth(race)
+    per_call = _ms_per_call(step)
+    if not step.checks:
+        return f"DDD drafted {_plural(calls, 'level')} without checking its confidence."
+    last = step.checks[-1]
+    earlier = [c for c in step.checks if not c.stop]
+    if last.stop:
+        text = (f"DDD stopped after {_plural(calls, 'draft call')}: the beam held only "
+                f"{math.exp(last.confidence):.0%} of the draft probability (H = {last.confidence:.2f}, below the "
+                f"threshold {_threshold(race)}), so deeper levels were unlikely to be accepted.")
+        saved = limit - calls
+        if saved > 0:
+            text += f" That saved {_plural(saved, 'draft call')} (about {saved * per_call:.0f} ms) against its maximum of {limit}"
+            if eagle2 is not None and eagle2 != calls:
+                diff = eagle2 - calls
+                text += (f", and it drafted {abs(diff)} {'fewer' if diff > 0 else 'more'} level{'s' if abs(diff) != 1 else ''}"
+                         f" than EAGLE-2's fixed {eagle2}")
+            text += "."
+        return text
+    checks = ", ".join(f"{c.confidence:.2f}" for c in earlier)
+    text = (f"DDD's beam stayed confident at every check (H = {checks}, all at or above the threshold "
+            f"{_threshold(race)}), so it drafted all {_plural(limit, 'level')}")
+    if eagle2 is not None and calls > eagle2:
+        text += (f": {calls - eagle2} deeper than EAGLE-2's fixed {eagle2}, at a cost of about "
+                 f"{(calls - eagle2) * per_call:.0f} ms of extra drafting")
+    return text + "."
+
+
+def _threshold(race: Race | None) -> str:
+    ddd = race.get("ddd") if race is not None else None
+    value = ddd.settings.get("threshold") if ddd is not None else None
+    return f"{float(value):g}" if value is not None else "x"
+
+
+def _timing(step: Step, race: Race | None, tokens: int) -> str:
+    per_token = step.ms / tokens if tokens else step.ms
+    text = (f"Time: {step.draft_ms:.0f} ms drafting + {step.verify_ms:.0f} ms verifying + {step.other_ms:.0f} ms "
+            f"other = {step.ms:.0f} ms for {_plural(tokens, 'token')}, {per_token:.0f} ms per token")
+    plain = _plain_ms_per_token(race)
+    if plain:
+        verdict = "faster" if per_token < plain else "slower"
+        text += f" (plain decoding: {plain:.0f} ms per token, so this step was {verdict})"
+    return text + "."

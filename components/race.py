@@ -1,0 +1,181 @@
+"""A race: the three runs of one prompt (plain, EAGLE-2, DDD) kept together in one JSON file.
+
+Each run inside keeps the engine's RunTrace schema (with its own schema_version); the race wrapper
+adds its own format name and version so that a file of another kind or version is refused clearly.
+A single RunTrace file is accepted too: it loads as a race with one method.
+"""
+from __future__ import annotations
+
+import json
+import math
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from ddd.trace import SCHEMA_VERSION, RunTrace, TraceFileError, summarize
+
+RACE_FORMAT = "ddd-explorer-race"
+RACE_VERSION = 1
+RACE_METHODS = ("plain", "eagle2", "ddd")
+METHOD_LABELS = {"plain": "Plain", "eagle": "EAGLE", "eagle2": "EAGLE-2", "ddd": "DDD"}
+
+
+class RaceFileError(ValueError):
+    """A race file is missing, unreadable, or of another format or version; the message says which."""
+
+
+@dataclass
+class Race:
+    traces: dict[str, RunTrace] = field(default_factory=dict)
+    title: str = ""
+    note: str = ""
+
+    @property
+    def prompt(self) -> str:
+        for trace in self.traces.values():
+            return trace.prompt
+        return ""
+
+    @property
+    def methods(self) -> list[str]:
+        return [m for m in (*RACE_METHODS, "eagle") if m in self.traces]
+
+    def get(self, method: str) -> RunTrace | None:
+        return self.traces.get(method)
+
+    def summary(self, method: str) -> dict[str, Any]:
+        """The run's summary; recomputed from its steps when the run did not finish (stopped mid-way)."""
+        trace = self.traces.get(method)
+        if trace is None:
+            return {}
+        return trace.summary or summarize(trace.steps)
+
+    def decode_steps(self) -> int:
+        """How many steps the step slider needs: the longest speculative run (prefill = step 0)."""
+        lengths = [len(self.traces[m].steps) for m in ("eagle2", "ddd", "eagle") if m in self.traces]
+        if not lengths:
+            lengths = [len(t.steps) for t in self.traces.values()]
+        return max(lengths, default=0)
+
+    # -- files ------------------------------------------------------------------------------------
+
+    def to_dict(self, compact: bool = False) -> dict[str, Any]:
+        traces = {}
+        for method, trace in self.traces.items():
+            data = trace.to_dict()
+            if compact:
+                data = _compact_trace(data)
+            traces[method] = data
+        return {"format": RACE_FORMAT, "version": RACE_VERSION, "title": self.title, "note": self.note,
+                "traces": traces}
+
+    def save(self, path: str | Path, compact: bool = False) -> Path:
+        """Write the race as one JSON file. `compact` rounds numbers and keeps only the draft nodes the
+        tree view shows (verified nodes, expanded nodes and the best dropped candidates of each level)."""
+        path = Path(path)
+        path.parent.mkdir(parents=True, exist_ok=True)
+        data = self.to_dict(compact)
+        path.write_text(json.dumps(data, ensure_ascii=False, separators=(",", ":") if compact else None))
+        return path
+
+    @classmethod
+    def from_dict(cls, data: Any, source: str = "the file") -> "Race":
+        if not isinstance(data, dict):
+            raise RaceFileError(f"{source} is not a recorded run: it holds a JSON {type(data).__name__}, not an object.")
+        if "format" not in data and "method" in data and "steps" in data:
+            trace = _trace(data, source, data.get("method", "run"))
+            return cls(traces={trace.method: trace}, title=trace.prompt[:60])
+        if data.get("format") != RACE_FORMAT:
+            raise RaceFileError(
+                f"{source} is not a DDD Explorer recorded run (format {data.get('format')!r}, expected {RACE_FORMAT!r})."
+            )
+        if data.get("version") != RACE_VERSION:
+            raise RaceFileError(
+                f"{source} is a recorded run of version {data.get('version')!r}; this app reads version {RACE_VERSION}."
+            )
+        raw = data.get("traces")
+        if not isinstance(raw, dict) or not raw:
+            raise RaceFileError(f"{source} holds no runs (its 'traces' object is missing or empty).")
+        traces = {}
+        for method, trace_data in raw.items():
+            if method not in METHOD_LABELS:
+                raise RaceFileError(f"{source} has a run of unknown method {method!r}.")
+            traces[method] = _trace(trace_data, source, method)
+        return cls(traces=traces, title=str(data.get("title", "")), note=str(data.get("note", "")))
+
+    @classmethod
+    def load(cls, path: str | Path) -> "Race":
+        path = Path(path)
+        name = path.name
+        if not path.exists():
+            raise RaceFileError(f"No recorded run at {path}.")
+        try:
+            data = json.loads(path.read_text(encoding="utf-8"))
+        except (json.JSONDecodeError, UnicodeDecodeError) as err:
+            raise RaceFileError(f"{name} is not a readable JSON file: {err}.") from err
+        return cls.from_dict(data, name)
+
+
+def _trace(data: Any, source: str, method: str) -> RunTrace:
+    if not isinstance(data, dict):
+        raise RaceFileError(f"{source}: the {method} run is not a JSON object.")
+    version = data.get("schema_version")
+    if version != SCHEMA_VERSION:
+        raise RaceFileError(
+            f"{source}: the {method} run has trace schema version {version!r}; this app reads version {SCHEMA_VERSION}."
+        )
+    try:
+        return RunTrace.from_dict(data)
+    except (TraceFileError, TypeError, KeyError, AttributeError) as err:
+        raise RaceFileError(f"{source}: the {method} run is not a valid trace ({err}).") from err
+
+
+def shown_nodes(pool: list[Any], top_k: int) -> set[int]:
+    """Pool indices the tree view shows: verified nodes, nodes a draft call expanded, and the `top_k` best
+    dropped candidates of each level, closed under parents so every shown node hangs from the root.
+    Works on DraftNode objects and on their JSON dicts."""
+    nodes = list(pool)
+    keep: set[int] = set()
+    by_depth: dict[int, list[Any]] = {}
+    for n in nodes:
+        status, index = _get(n, "status"), _get(n, "index")
+        if status != "pruned" or _get(n, "in_beam"):
+            keep.add(index)
+        else:
+            by_depth.setdefault(_get(n, "depth"), []).append(n)
+    for group in by_depth.values():
+        group.sort(key=lambda n: -_get(n, "score"))
+        keep.update(_get(n, "index") for n in group[:top_k])
+    parents = {_get(n, "index"): _get(n, "parent") for n in nodes}
+    for index in list(keep):
+        parent = parents.get(index, -1)
+        while parent >= 0 and parent not in keep:
+            keep.add(parent)
+            parent = parents.get(parent, -1)
+    return keep
+
+
+def _get(node: Any, name: str) -> Any:
+    return node[name] if isinstance(node, dict) else getattr(node, name)
+
+
+def _round(value: Any) -> Any:
+    if isinstance(value, float):
+        return round(value, 4) if math.isfinite(value) else value
+    if isinstance(value, list):
+        return [_round(v) for v in value]
+    if isinstance(value, dict):
+        return {k: _round(v) for k, v in value.items()}
+    return value
+
+
+def _compact_trace(data: dict[str, Any]) -> dict[str, Any]:
+    top_k = int(data.get("settings", {}).get("top_k", 10) or 10)
+    for step in data.get("steps", []):
+        pool = step.get("pool") or []
+        if not pool:
+            continue
+        keep = shown_nodes(pool, top_k)
+        # Indices stay the pool's own: parent links and accepted_path keep pointing at the same nodes.
+        step["pool"] = [n for n in pool if n["index"] in keep]
+    return _round(data)

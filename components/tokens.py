@@ -1,0 +1,30 @@
+"""Token text made visible: whitespace and control characters become signs a reader can see."""
+from __future__ import annotations
+
+import html
+
+_VISIBLE = {" ": "␣", "\n": "↵", "\t": "⇥", "\r": "␍"}
+
+
+def visible(text: str, empty: str = "∅") -> str:
+    """`text` with spaces, newlines and tabs as ␣ ↵ ⇥ and other control characters as \\xNN."""
+    if text == "":
+        return empty
+    out = []
+    for ch in text:
+        if ch in _VISIBLE:
+            out.append(_VISIBLE[ch])
+        elif ord(ch) < 32 or ord(ch) == 127:
+            out.append(f"\\x{ord(ch):02x}")
+        else:
+            out.append(ch)
+    return "".join(out)
+
+
+def quoted(text: str) -> str:
+    """A token as it appears in narration: visible whitespace inside quotes."""
+    return f"'{visible(text)}'"
+
+
+def escape(text: str) -> str:
+    return html.escape(text, quote=True)

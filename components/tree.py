@@ -1,0 +1,195 @@
+"""One step's draft tree as a networkx DiGraph, and the tree figure drawn from it."""
+from __future__ import annotations
+
+import math
+from typing import Any
+
+import networkx as nx
+import plotly.graph_objects as go
+
+from ddd.trace import RunTrace, Step
+
+from .plotting import figure, message_figure
+from .race import METHOD_LABELS, shown_nodes
+from .tokens import escape, visible
+
+BONUS = "bonus"
+COLORS = {
+    "root": "#475569",
+    "accepted": "#16a34a",
+    "bonus": "#f59e0b",
+    "rejected": "#e11d48",
+    "pruned": "#94a3b8",
+}
+STATUS_NAMES = {
+    "root": "root (last token)",
+    "accepted": "accepted draft",
+    "bonus": "bonus token (target)",
+    "rejected": "verified, rejected",
+    "pruned": "pruned by rerank",
+}
+BAND_COLORS = ("rgba(148,163,184,0.10)", "rgba(148,163,184,0.20)")
+GHOST_COLOR = "rgba(139,92,246,0.12)"
+GHOST_LINE = "rgba(139,92,246,0.55)"
+
+
+def build_graph(step: Step, top_k: int = 10, show: str = "shown") -> nx.DiGraph:
+    """The draft tree of `step`: nodes keyed by pool index (plus "bonus"), edges parent -> child.
+
+    show: "verified" (root and the nodes the target checked), "shown" (those, plus expanded nodes and the
+    best `top_k` dropped candidates of each level) or "all" (the whole candidate pool)."""
+    graph = nx.DiGraph(step=step.index, draft_calls=step.draft_calls, max_draft_calls=step.max_draft_calls)
+    pool = step.pool
+    if not pool:
+        return graph
+    if show == "all":
+        keep = {n.index for n in pool}
+    elif show == "verified":
+        keep = {n.index for n in pool if n.status != "pruned"}
+    else:
+        keep = shown_nodes(pool, top_k)
+    on_path = set(step.accepted_path)
+    for node in pool:
+        if node.index not in keep:
+            continue
+        graph.add_node(node.index, token_id=node.token_id, text=node.text, depth=node.depth, logprob=node.logprob,
+                       score=node.score, rank=node.rank, in_beam=node.in_beam, status=node.status,
+                       on_path=node.index in on_path)
+    for node in pool:
+        if node.index in keep and node.parent in graph:
+            graph.add_edge(node.parent, node.index, accepted=node.index in on_path and node.parent in on_path)
+    if step.bonus_id is not None:
+        last = step.accepted_path[-1] if step.accepted_path else 0
+        if last in graph:
+            graph.add_node(BONUS, token_id=step.bonus_id, text=step.bonus_text, depth=graph.nodes[last]["depth"] + 1,
+                           logprob=None, score=None, rank=None, in_beam=False, status="bonus", on_path=True)
+            graph.add_edge(last, BONUS, accepted=True)
+    return graph
+
+
+def layout(graph: nx.DiGraph) -> dict[Any, tuple[float, float]]:
+    """x = draft level (the bonus token sits half a level after its parent); within a level nodes are
+    spread top to bottom in depth-first order, siblings by draft rank, so edges hardly cross."""
+    if not graph:
+        return {}
+    root = next((n for n in graph if graph.nodes[n]["status"] == "root"), next(iter(graph)))
+    order: list[Any] = []
+    stack = [root]
+    while stack:
+        node = stack.pop()
+        order.append(node)
+        children = sorted((c for c in graph.successors(node) if c != BONUS),
+                          key=lambda c: (graph.nodes[c]["rank"], graph.nodes[c]["score"]), reverse=True)
+        stack.extend(children)
+    columns: dict[int, list[Any]] = {}
+    for node in order:
+        columns.setdefault(graph.nodes[node]["depth"], []).append(node)
+    pos: dict[Any, tuple[float, float]] = {}
+    for depth, nodes in columns.items():
+        count = len(nodes)
+        for i, node in enumerate(nodes):
+            pos[node] = (float(depth), 1 - 2 * (i + 0.5) / count)
+    if BONUS in graph:
+        parent = next(iter(graph.predecessors(BONUS)))
+        px, py = pos[parent]
+        pos[BONUS] = (px + 0.5, py)
+    return pos
+
+
+def _hover(data: dict[str, Any]) -> str:
+    token = escape(visible(data["text"]))
+    if data["status"] == "bonus":
+        return (f"<b>{token}</b><br>token id {data['token_id']}<br>bonus token: chosen by the target itself"
+                "<br>after the last accepted draft token")
+    if data["status"] == "root":
+        return f"<b>{token}</b><br>token id {data['token_id']}<br>root: the target's last token, not yet verified"
+    return (f"<b>{token}</b><br>token id {data['token_id']}<br>draft probability {math.exp(data['logprob']):.3f}"
+            f" (log {data['logprob']:.2f})<br>cumulative score {data['score']:.2f} (p = {math.exp(data['score']):.3g})"
+            f"<br>rank {data['rank']} among its siblings<br>{STATUS_NAMES[data['status']]}"
+            + ("<br>expanded by a draft call" if data["in_beam"] else ""))
+
+
+def tree_figure(step: Step | None, trace: RunTrace | None = None, *, show: str = "shown", height: int = 480,
+                title: str | None = None) -> go.Figure:
+    """The draft tree of one step: levels left to right in bands, coloured by what became of each node."""
+    method = METHOD_LABELS.get(trace.method, trace.method) if trace is not None else "Draft"
+    if step is None:
+        return message_figure(title or f"{method} draft tree", "No step to show yet.", height)
+    head = title or f"{method} · step {step.index}"
+    if step.prefill:
+        return message_figure(head, "Prefill: the target read the prompt and produced the first token.<br>"
+                               "No draft tree in this step.", height)
+    if not step.pool:
+        return message_figure(head, "This step was not recorded with its draft tree.", height)
+    top_k = int((trace.settings.get("top_k") if trace is not None else None) or 10)
+    graph = build_graph(step, top_k, show)
+    pos = layout(graph)
+    traces: list[dict[str, Any]] = []
+    deepest = max((d for _, d in graph.nodes(data="depth")), default=0)
+    levels = max(step.draft_calls, deepest)
+    shapes, notes = [], []
+    for level in range(1, levels + 1):
+        shapes.append(dict(type="rect", xref="x", yref="paper", x0=level - 0.5, x1=level + 0.5, y0=0, y1=1,
+                           fillcolor=BAND_COLORS[level % 2], line=dict(width=0), layer="below"))
+    checks = {c.call: c for c in step.checks}
+    for level in range(step.draft_calls + 1, step.max_draft_calls + 1):
+        shapes.append(dict(type="rect", xref="x", yref="paper", x0=level - 0.5, x1=level + 0.5, y0=0, y1=1,
+                           fillcolor=GHOST_COLOR, line=dict(width=1, color=GHOST_LINE, dash="dot"), layer="below"))
+        notes.append(dict(x=level, y=0.5, xref="x", yref="paper", text="not drafted", textangle=-90, showarrow=False,
+                          font=dict(size=11, color="rgba(109,40,217,0.8)")))
+    for call, check in checks.items():
+        verdict = "stop" if check.stop else "go on"
+        notes.append(dict(x=call, y=1.0, xref="x", yref="paper", yanchor="bottom", showarrow=False,
+                          text=f"H={check.confidence:.2f} {verdict}", font=dict(size=10, color="#dc2626" if check.stop
+                                                                                 else "#15803d")))
+    # Edges: one trace for the accepted path, one for the rest (None breaks the polyline between edges).
+    for accepted in (False, True):
+        xs: list[float | None] = []
+        ys: list[float | None] = []
+        for a, b, edge in graph.edges(data=True):
+            if bool(edge.get("accepted")) != accepted:
+                continue
+            (x0, y0), (x1, y1) = pos[a], pos[b]
+            xs += [x0, x1, None]
+            ys += [y0, y1, None]
+        if xs:
+            traces.append(dict(type="scatter", x=xs, y=ys, mode="lines", hoverinfo="skip", showlegend=False,
+                             line=dict(color=COLORS["accepted"] if accepted else "rgba(100,116,139,0.35)",
+                                       width=3 if accepted else 1)))
+    many = graph.number_of_nodes() > 90
+    for status in ("pruned", "rejected", "root", "accepted", "bonus"):
+        nodes = [n for n, s in graph.nodes(data="status") if s == status]
+        if not nodes:
+            continue
+        labels = [visible(graph.nodes[n]["text"]) for n in nodes]
+        show_text = status != "pruned" or not many
+        traces.append(dict(
+            type="scatter", meta=status, x=[pos[n][0] for n in nodes], y=[pos[n][1] for n in nodes],
+            mode="markers+text" if show_text else "markers",
+            text=labels, textposition="middle right",
+            textfont=dict(size=11 if status != "pruned" else 9,
+                          color="#0f172a" if status != "pruned" else "#64748b"),
+            marker=dict(color=COLORS[status], size=14 if status in ("accepted", "bonus", "root") else 9,
+                        symbol="star" if status == "bonus" else "circle-open" if status == "pruned" else "circle",
+                        line=dict(width=1.5 if status == "pruned" else 0.5, color=COLORS[status] if status == "pruned"
+                                  else "white")),
+            hovertext=[_hover(graph.nodes[n]) for n in nodes], hoverinfo="text",
+            name=f"{STATUS_NAMES[status]} ({len(nodes)})",
+        ))
+    if step.max_draft_calls > step.draft_calls:
+        traces.append(dict(type="scatter", meta="ghost", x=[None], y=[None], mode="markers",
+                         name="level not drafted (DDD stopped)",
+                         marker=dict(symbol="square", size=12, color=GHOST_COLOR, line=dict(color=GHOST_LINE, width=1))))
+    last = max(step.max_draft_calls, levels) + 0.7
+    return figure(traces, dict(
+        title=dict(text=head + f" · {step.draft_calls} draft call{'s' if step.draft_calls != 1 else ''}"
+                   f" · {step.accepted} accepted", font=dict(size=14)),
+        height=height, shapes=shapes, annotations=notes,
+        margin=dict(l=10, r=10, t=50, b=40), hovermode="closest",
+        legend=dict(orientation="h", y=-0.08, x=0, font=dict(size=10)),
+        xaxis=dict(range=[-0.5, last], tickmode="array", tickvals=list(range(0, int(last) + 1)),
+                   ticktext=["root"] + [str(i) for i in range(1, int(last) + 1)], title=None, showgrid=False,
+                   zeroline=False),
+        yaxis=dict(visible=False, range=[-1.08, 1.08]),
+        uirevision=f"tree-{trace.method if trace else ''}",
+    ))
