@@ -15,9 +15,11 @@ from torch import nn
 from transformers import LlamaConfig
 from transformers.models.llama.modeling_llama import LlamaDecoderLayer, LlamaRotaryEmbedding
 
-from .models import Target
+from .models import DEFAULT_MODEL, Target
 
 HEAD_FILES = ("model.safetensors", "pytorch_model.bin")
+# The head trained for the default model ships with the project.
+SHIPPED_HEAD = Path(__file__).resolve().parent.parent / "assets" / "head"
 # Keys an official checkpoint may carry that the head does not use (it reads the target's embeddings).
 _IGNORED_KEYS = ("embed_tokens.weight",)
 
@@ -163,3 +165,20 @@ def load_head(directory: str | Path, target: Target) -> EagleHead:
         raise HeadLoadError(f"Head weights in {directory} do not match the EAGLE layout: missing {missing}, unexpected {unexpected}.")
     head.name = str(directory)
     return head.to(device=target.device, dtype=target.model.dtype).eval().requires_grad_(False)
+
+
+def resolve_head(spec: str | None, target: Target) -> tuple[EagleHead, str]:
+    """The head a user asked for: a directory, "random", or None for the shipped head of the default model.
+
+    Returns the head and a note for the user when it is not the one they might expect.
+    """
+    if spec == "random":
+        head = new_head(target).eval().requires_grad_(False)
+        head.name = "random"
+        return head, "Using a randomly initialised draft head: speculative methods will accept almost nothing."
+    if spec is None:
+        if target.name == DEFAULT_MODEL and (SHIPPED_HEAD / "config.json").exists():
+            return load_head(SHIPPED_HEAD, target), ""
+        head, _ = resolve_head("random", target)
+        return head, f"No trained draft head for {target.name} was given (--head DIR): using a random head."
+    return load_head(spec, target), ""

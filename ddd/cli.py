@@ -1,0 +1,72 @@
+"""Command line: `python -m ddd generate --method ddd "prompt"` streams the answer, then the summary."""
+from __future__ import annotations
+
+import argparse
+import sys
+
+from .engine import PromptError, generate
+from .head import HeadLoadError, resolve_head
+from .models import DTYPES, ModelLoadError, load_target
+from .settings import METHODS, Sampling, SettingsError
+from .trace import TraceFileError
+
+SUMMARY_KEYS = ("new_tokens", "tokens_per_s", "prefill_ms", "target_forwards", "tau", "acceptance_rate",
+                "mean_draft_depth", "draft_ms", "verify_ms", "other_ms")
+
+
+def parse_setting(text: str) -> tuple[str, str]:
+    name, sep, value = text.partition("=")
+    if not sep or not name:
+        raise argparse.ArgumentTypeError(f"settings look like name=value (e.g. threshold=-0.5), not {text!r}")
+    return name.strip().split(".")[-1], value.strip()
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(prog="python -m ddd", description=__doc__)
+    sub = parser.add_subparsers(dest="command", required=True)
+    gen = sub.add_parser("generate", help="decode one prompt and print the summary metrics")
+    gen.add_argument("prompt")
+    gen.add_argument("--method", choices=METHODS, default="ddd")
+    gen.add_argument("--model", default=None, help="local directory or hub id (default: embedded SmolLM2-135M-Instruct)")
+    gen.add_argument("--head", default=None, help="draft head directory, or 'random' (default: the shipped head)")
+    gen.add_argument("--dtype", choices=list(DTYPES), default="float32")
+    gen.add_argument("--device", default="cpu")
+    gen.add_argument("--attn", choices=("sdpa", "eager"), default="sdpa")
+    gen.add_argument("--max-new-tokens", type=int, default=128)
+    gen.add_argument("--temperature", type=float, default=0.0, help="0 = greedy")
+    gen.add_argument("--top-p", type=float, default=1.0)
+    gen.add_argument("--top-k", type=int, default=0, help="sampling top-k (0 = off); the tree's top_k is a --set")
+    gen.add_argument("--seed", type=int, default=0)
+    gen.add_argument("--no-chat", action="store_true", help="feed the prompt as raw text, without the chat template")
+    gen.add_argument("--set", dest="settings", type=parse_setting, action="append", default=[], metavar="NAME=VALUE",
+                     help="a method setting, e.g. --set threshold=-0.5 --set check_steps=all (repeatable)")
+    gen.add_argument("--save", default=None, help="write the run's trace to this JSON file")
+    return parser
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = build_parser()
+    args = parser.parse_args(argv)
+    try:
+        target = load_target(args.model, dtype=args.dtype, device=args.device, attn=args.attn)
+        head = None
+        if args.method != "plain":
+            head, note = resolve_head(args.head, target)
+            if note:
+                print(f"note: {note}", file=sys.stderr)
+        sampling = Sampling(temperature=args.temperature, top_p=args.top_p, top_k=args.top_k, seed=args.seed)
+        run = generate(target, head, args.prompt, args.method, max_new_tokens=args.max_new_tokens,
+                       sampling=sampling, chat=not args.no_chat, **dict(args.settings))
+        for step in run:
+            print(step.text, end="", flush=True)
+        print()
+        summary = run.trace.summary
+        print(f"\n[{args.method}] stop: {run.trace.stop_reason}")
+        for key in SUMMARY_KEYS:
+            value = summary[key]
+            print(f"  {key:18s} {value:.3f}" if isinstance(value, float) else f"  {key:18s} {value}")
+        if args.save:
+            print(f"trace saved to {run.trace.save(args.save)}")
+    except (ModelLoadError, HeadLoadError, SettingsError, PromptError, TraceFileError) as err:
+        parser.exit(2, f"error: {err}\n")
+    return 0
