@@ -1,0 +1,576 @@
+"""DDD Explorer: plain decoding, EAGLE-2 and Dynamic Depth Decoding raced side by side.
+
+Run `python app.py` (options: --model DIR_OR_HUB_ID, --head DIR|random, --device, --dtype, --host, --port;
+or the environment variables DDD_MODEL, DDD_HEAD, DDD_DEVICE, DDD_DTYPE). The page opens on a recorded
+example; the model loads on the first Run.
+"""
+from __future__ import annotations
+
+import argparse
+import os
+import shutil
+import tempfile
+import threading
+import time
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import gradio as gr
+
+from components import Race, RaceFileError
+from components.answer import LEGEND, answer_html, counters_html
+from components.race import METHOD_LABELS, RACE_METHODS
+from components.replay import frame_times, steps_done
+from components.views import CSS, race_views, step_view
+from ddd.settings import METHODS, SettingsError
+
+try:  # On Hugging Face ZeroGPU Spaces the decoding runs inside spaces.GPU; elsewhere it is a plain call.
+    import spaces
+
+    def on_gpu(fn):
+        return spaces.GPU(duration=180)(fn)
+except ImportError:  # pragma: no cover - depends on the host
+    spaces = None
+
+    def on_gpu(fn):
+        return fn
+
+
+ROOT = Path(__file__).resolve().parent
+HEAD_DIR = ROOT / "assets" / "head"
+EXAMPLES_DIR = Path(os.environ.get("DDD_EXAMPLES") or ROOT / "assets" / "examples")
+MAX_PROMPT_CHARS = 4000
+STREAM_EVERY_S = 0.12
+EXAMPLE_PROMPTS = [
+    "Write a Python function that checks whether a string is a palindrome.",
+    "What is 17 * 24? Explain step by step.",
+    "Tell me a short story about a robot who learns to paint.",
+    "Translate into French: The weather is lovely today and we are going to the beach.",
+    "List three tips for staying focused while studying.",
+]
+TREE_MODES = {"verified + expanded + best dropped": "shown", "verified only": "verified", "whole candidate pool": "all"}
+
+
+# ---------------------------------------------------------------------------------------------------
+# The model: loaded lazily on the first Run, shared by all sessions, used by one run at a time.
+# ---------------------------------------------------------------------------------------------------
+
+@dataclass
+class ModelConfig:
+    model: str | None = None  # None: the embedded default
+    head: str | None = None  # a directory, "random", or None: assets/head when it holds a head, else random
+    device: str | None = None
+    dtype: str | None = None
+
+    @classmethod
+    def from_env(cls) -> "ModelConfig":
+        return cls(os.environ.get("DDD_MODEL") or None, os.environ.get("DDD_HEAD") or None,
+                   os.environ.get("DDD_DEVICE") or None, os.environ.get("DDD_DTYPE") or None)
+
+    def head_source(self) -> str | None:
+        """The head directory to load, or None for a random head."""
+        if self.head == "random":
+            return None
+        if self.head:
+            return self.head
+        if self.model is None and (HEAD_DIR / "config.json").exists():
+            return str(HEAD_DIR)
+        return None
+
+
+class Models:
+    """The target and draft head, loaded once on first use; `lock` serialises decoding for fair timing."""
+
+    def __init__(self, config: ModelConfig):
+        self.config = config
+        self.target = None
+        self.head = None
+        self.note = ""
+        self.lock = threading.Lock()
+        self._load_lock = threading.Lock()
+
+    @property
+    def loaded(self) -> bool:
+        return self.target is not None
+
+    def load(self):
+        with self._load_lock:
+            if self.target is None:
+                import torch
+
+                from ddd import load_head, load_target, new_head
+
+                device = self.config.device or ("cuda" if torch.cuda.is_available() else "cpu")
+                dtype = self.config.dtype or ("float16" if device.startswith("cuda") else "float32")
+                target = load_target(self.config.model, dtype=dtype, device=device)
+                source = self.config.head_source()
+                if source is None:
+                    head = new_head(target)
+                    head.name = "random (untrained)"
+                    self.note = ("No trained draft head is loaded: the draft head is random, so the target accepts "
+                                 "almost none of its guesses (tau ≈ 1) and EAGLE-2 / DDD run slower than plain "
+                                 "decoding. Ship a trained head in assets/head or pass --head.")
+                else:
+                    head = load_head(source, target)
+                self.target, self.head = target, head
+        return self.target, self.head
+
+    def describe(self) -> str:
+        model = self.config.model or "smollm2-135m-instruct (embedded default)"
+        source = self.config.head_source()
+        head = source if source else "random (untrained)"
+        state = "loaded" if self.loaded else "loads on the first Run"
+        text = f"**Model:** {model} · **draft head:** {head} · *{state}*"
+        if source is None:
+            text += ("\n\n<div class='note-box'>No trained draft head: a random head drafts almost nothing the target "
+                     "accepts, so the speculative columns will be slow. The recorded examples were made with a trained head.</div>")
+        return text
+
+
+MODELS = Models(ModelConfig.from_env())
+
+
+# ---------------------------------------------------------------------------------------------------
+# Per-session state.
+# ---------------------------------------------------------------------------------------------------
+
+class Session:
+    """One browser tab's state: its race, the run in progress (so Stop can reach it), its saved file."""
+
+    def __init__(self, race: Race | None = None):
+        self.race = race
+        self.generation: Any = None
+        self.stop_requested = False
+        self.busy = False
+        self.file_dir: str | None = None
+
+    def request_stop(self) -> None:
+        self.stop_requested = True
+        if self.generation is not None:
+            self.generation.stop()
+
+    def export(self) -> str | None:
+        """The race as a JSON file in this session's own temporary folder (replaced on each export)."""
+        if self.race is None:
+            return None
+        if self.file_dir is None:
+            self.file_dir = tempfile.mkdtemp(prefix="ddd-race-")
+        for old in Path(self.file_dir).glob("*.json"):
+            old.unlink(missing_ok=True)
+        name = "".join(c if c.isalnum() else "-" for c in (self.race.title or self.race.prompt)[:40]).strip("-")
+        return str(self.race.save(Path(self.file_dir) / f"ddd-race-{name or 'run'}.json"))
+
+
+def new_session() -> Session:
+    return Session()
+
+
+def close_session(session: Session | None) -> None:
+    if session is None:
+        return
+    session.request_stop()
+    if session.file_dir:
+        shutil.rmtree(session.file_dir, ignore_errors=True)
+
+
+# ---------------------------------------------------------------------------------------------------
+# Recorded examples.
+# ---------------------------------------------------------------------------------------------------
+
+def example_files() -> dict[str, Path]:
+    """Shipped example races by display name (their title, else the file name)."""
+    out: dict[str, Path] = {}
+    for path in sorted(EXAMPLES_DIR.glob("*.json")):
+        try:
+            import json
+
+            title = json.loads(path.read_text(encoding="utf-8")).get("title") or path.stem
+        except (OSError, ValueError):
+            title = path.stem
+        out[str(title)] = path
+    return out
+
+
+# ---------------------------------------------------------------------------------------------------
+# Callbacks. Each returns values in the order of the output lists wired up in build_demo().
+# ---------------------------------------------------------------------------------------------------
+
+def _message(text: str = "", kind: str = "error") -> dict[str, Any]:
+    if not text:
+        return gr.update(value="", visible=False)
+    return gr.update(value=f"<div class='{kind}-box'>{text}</div>", visible=True)
+
+
+def show_race(session: Session, shade: bool, mode: str, message: str = "", kind: str = "note") -> tuple:
+    """All race outputs (RACE_OUTPUTS order) for the session's race, positioned at step 1."""
+    race = session.race
+    views = race_views(race, shade)
+    count = views["steps"]
+    start = 1 if count > 1 else 0
+    step = step_view(race, start, shade, TREE_MODES.get(mode, "shown"))
+    return (
+        *views["columns"],
+        gr.update(minimum=0, maximum=max(count - 1, 0), value=start, step=1, interactive=count > 1),
+        step.eagle2_text, step.ddd_text, step.eagle2_tree, step.ddd_tree, step.narration, step.depth,
+        views["timeline"], views["summary"], views["about"], views["info"],
+        gr.update(value=session.export(), interactive=race is not None),
+        _message(message, kind),
+        session,
+    )
+
+
+def load_example(name: str | None, shade: bool, mode: str, session: Session) -> tuple:
+    session = session or Session()
+    files = example_files()
+    if not files:
+        return show_race(session, shade, mode, "No recorded examples ship with this copy: press Run.", "note")
+    path = files.get(name) if name else next(iter(files.values()))
+    if path is None:
+        return show_race(session, shade, mode, f"There is no example called {name!r}.", "error")
+    try:
+        session.race = Race.load(path)
+    except RaceFileError as err:
+        gr.Warning(str(err))
+        return show_race(session, shade, mode, str(err), "error")
+    return show_race(session, shade, mode)
+
+
+def load_file(file: str | None, shade: bool, mode: str, session: Session) -> tuple:
+    session = session or Session()
+    if not file:
+        return show_race(session, shade, mode)
+    try:
+        session.race = Race.load(file)
+    except RaceFileError as err:
+        gr.Warning(str(err))
+        return show_race(session, shade, mode, f"Could not load that file: {err}", "error")
+    return show_race(session, shade, mode)
+
+
+def redraw(shade: bool, mode: str, session: Session) -> tuple:
+    return show_race(session or Session(), shade, mode)
+
+
+def show_step(index: float | None, shade: bool, mode: str, session: Session) -> tuple:
+    """STEP_OUTPUTS for step `index` of the session's race."""
+    race = session.race if session else None
+    view = step_view(race, int(index or 0), shade, TREE_MODES.get(mode, "shown"))
+    return view.eagle2_text, view.ddd_text, view.eagle2_tree, view.ddd_tree, view.narration, view.depth
+
+
+def move(where: str, index: float | None, session: Session) -> int:
+    """The slider position after first / prev / next / last."""
+    last = max((session.race.decode_steps() if session and session.race else 1) - 1, 0)
+    index = int(index or 0)
+    return {"first": 0, "prev": max(index - 1, 0), "next": min(index + 1, last), "last": last}.get(where, index)
+
+
+def toggle_play(playing: bool, index: float | None, session: Session):
+    """Play / pause the step-through; playing from the last step starts over."""
+    playing = not playing
+    last = max((session.race.decode_steps() if session and session.race else 1) - 1, 0)
+    start = 0 if playing and int(index or 0) >= last else int(index or 0)
+    return playing, gr.Timer(active=playing), gr.update(value="⏸ Pause" if playing else "▶ Play"), start
+
+
+def tick(playing: bool, index: float | None, session: Session):
+    last = max((session.race.decode_steps() if session and session.race else 1) - 1, 0)
+    index = int(index or 0)
+    if not playing or index >= last:
+        return False, gr.Timer(active=False), gr.update(value="▶ Play"), gr.skip()
+    return True, gr.skip(), gr.skip(), index + 1
+
+
+def request_stop(session: Session) -> str:
+    if session is not None and session.busy:
+        session.request_stop()
+        return "Stopping after the current step…"
+    return ""
+
+
+def method_settings_from(e_top_k, e_calls, e_total, d_calls, d_checks, d_threshold) -> dict[str, dict[str, Any]]:
+    checks = str(d_checks or "").strip() or "5,7,9"
+    return {
+        "plain": {},
+        "eagle2": dict(top_k=int(e_top_k), draft_calls=int(e_calls), total_tokens=int(e_total)),
+        "ddd": dict(top_k=int(e_top_k), max_draft_calls=int(d_calls), check_steps=checks,
+                    threshold=float(d_threshold), total_tokens=int(e_total)),
+    }
+
+
+def _live(columns: list[str], counts: list[str], status: str, session: Session) -> tuple:
+    """RUN_OUTPUTS while decoding: the three columns, their counters and the status line; the rest skipped."""
+    return (*columns, *counts, *[gr.skip()] * (len(RACE_OUTPUT_NAMES) - 8), _message(status, "note"), session)
+
+
+@on_gpu
+def run_race(prompt: str, max_new_tokens: float, temperature: float, top_p: float, seed: float, e_top_k: float,
+             e_calls: float, e_total: float, d_calls: float, d_checks: str, d_threshold: float, shade: bool,
+             mode: str, session: Session):
+    """Decode the prompt with plain, EAGLE-2 and DDD one after another (never concurrently, so each is timed
+    alone), streaming each into its column; then build every figure once from the finished traces."""
+    session = session or Session()
+    prompt = (prompt or "").strip()
+    if not prompt:
+        gr.Warning("The prompt is empty: type a question or pick an example.")
+        yield _live_error(session, "The prompt is empty: type a question or pick an example.")
+        return
+    if len(prompt) > MAX_PROMPT_CHARS:
+        text = f"The prompt is {len(prompt)} characters long; the limit here is {MAX_PROMPT_CHARS}."
+        gr.Warning(text)
+        yield _live_error(session, text)
+        return
+    if session.busy:
+        yield _live_error(session, "A run is already going in this tab: wait for it or press Stop.")
+        return
+    session.busy, session.stop_requested = True, False
+    try:
+        yield from _race(prompt, max_new_tokens, temperature, top_p, seed, e_top_k, e_calls, e_total, d_calls,
+                         d_checks, d_threshold, shade, mode, session)
+    finally:
+        session.busy = False
+        session.generation = None
+
+
+def _live_error(session: Session, text: str) -> tuple:
+    return (*[gr.skip()] * (len(RACE_OUTPUT_NAMES) - 2), _message(text, "error"), session)
+
+
+def _race(prompt, max_new_tokens, temperature, top_p, seed, e_top_k, e_calls, e_total, d_calls, d_checks,
+          d_threshold, shade, mode, session):
+    from ddd import HeadLoadError, ModelLoadError, PromptError, Sampling, generate
+
+    columns = [answer_html(None, placeholder="waiting for its turn…") for _ in RACE_METHODS]
+    counts = [counters_html(m, [], "waiting") for m in RACE_METHODS]
+    if not MODELS.loaded:
+        yield _live(columns, counts, "Loading the model (first run only)…", session)
+    try:
+        target, head = MODELS.load()
+    except (ModelLoadError, HeadLoadError) as err:
+        gr.Warning(str(err))
+        yield _live_error(session, f"Could not load the model: {err}")
+        return
+    settings = method_settings_from(e_top_k, e_calls, e_total, d_calls, d_checks, d_threshold)
+    runs = {}
+    try:  # create all three first: a bad setting or prompt is reported before anything runs
+        for method in RACE_METHODS:
+            sampling = Sampling(temperature=float(temperature), top_p=float(top_p), seed=int(seed))
+            runs[method] = generate(target, None if method == "plain" else head, prompt, method,
+                                    max_new_tokens=int(max_new_tokens), sampling=sampling, **settings[method])
+    except (SettingsError, PromptError, ValueError) as err:
+        gr.Warning(str(err))
+        yield _live_error(session, str(err))
+        return
+    note = MODELS.note
+    with MODELS.lock:
+        for position, method in enumerate(RACE_METHODS):
+            run = runs[method]
+            if session.stop_requested:
+                counts[position] = counters_html(method, [], "skipped (stopped)")
+                continue
+            session.generation = run
+            label = METHOD_LABELS[method]
+            last = 0.0
+            steps = []
+            for step in run:
+                steps.append(step)
+                now = time.perf_counter()
+                if now - last >= STREAM_EVERY_S:
+                    last = now
+                    columns[position] = answer_html(run.trace, shade=shade, cursor=True)
+                    counts[position] = counters_html(method, steps, "running")
+                    yield _live(columns, counts, f"{label} is running ({position + 1} of 3)…", session)
+            session.generation = None
+            columns[position] = answer_html(run.trace, shade=shade)
+            counts[position] = counters_html(method, steps, f"done: {run.trace.stop_reason}")
+            yield _live(columns, counts, f"{label} done.", session)
+    traces = {m: runs[m].trace for m in RACE_METHODS if runs[m].trace.steps}
+    session.race = Race(traces=traces, title=prompt[:60], note=note)
+    stopped = "Stopped. " if session.stop_requested else ""
+    message = stopped + (note or "")
+    yield show_race(session, shade, mode, message, "note")
+
+
+def replay(shade: bool, speed: str, session: Session):
+    """Play the finished race back: all three columns together at their measured pace (times `speed`)."""
+    race = session.race if session else None
+    if race is None:
+        yield *[gr.skip()] * 6, _message("Nothing to replay yet: run or load a race first.", "error")
+        return
+    session.stop_requested = False
+    factor = float(str(speed).rstrip("×x") or 1)
+    start = time.perf_counter()
+    for t in frame_times(race, fps=8, speed=factor):
+        delay = start + t / factor - time.perf_counter()
+        if delay > 0:
+            time.sleep(delay)
+        if session.stop_requested:
+            break
+        columns, counts = [], []
+        for method in RACE_METHODS:
+            trace = race.get(method)
+            done = steps_done(race, method, t) if trace else 0
+            finished = trace is not None and done >= len(trace.steps)
+            columns.append(answer_html(trace, upto=done - 1, shade=shade, cursor=not finished,
+                                       placeholder="" if trace else "(no run)") if done else answer_html(
+                None, placeholder="…"))
+            steps = trace.steps[:done] if trace else []
+            counts.append(counters_html(method, steps, "finished" if finished else f"replay {t:.1f} s"))
+        yield *columns, *counts, _message(f"Replay: {t:.1f} s of the race.", "note")
+    session.stop_requested = False
+    yield *[gr.skip()] * 6, _message("", "note")
+
+
+# ---------------------------------------------------------------------------------------------------
+# Layout.
+# ---------------------------------------------------------------------------------------------------
+
+RACE_OUTPUT_NAMES = [
+    "ans_plain", "ans_eagle2", "ans_ddd", "cnt_plain", "cnt_eagle2", "cnt_ddd", "slider",
+    "txt_eagle2", "txt_ddd", "tree_eagle2", "tree_ddd", "narration", "depth", "timeline", "summary", "about",
+    "info", "download", "message", "session",
+]
+STEP_OUTPUT_NAMES = ["txt_eagle2", "txt_ddd", "tree_eagle2", "tree_ddd", "narration", "depth"]
+SETTINGS_NAMES = ["max_new_tokens", "temperature", "top_p", "seed", "e_top_k", "e_calls", "e_total", "d_calls",
+                  "d_checks", "d_threshold"]
+
+
+def build_demo() -> gr.Blocks:
+    ui: dict[str, Any] = {}
+    examples = example_files()
+    with gr.Blocks(title="DDD Explorer") as demo:
+        ui["session"] = gr.State(new_session, delete_callback=close_session)
+        ui["playing"] = gr.State(False)
+        gr.Markdown("# DDD Explorer\nPlain decoding, **EAGLE-2** and **Dynamic Depth Decoding** race on the same model. "
+                    "Watch each answer stream, then step through the draft trees to see how deep each method drafted "
+                    "and what the target accepted.")
+        with gr.Row(equal_height=False):
+            with gr.Column(scale=3):
+                ui["prompt"] = gr.Textbox(label="Prompt", lines=3, max_lines=8, elem_id="prompt",
+                                          placeholder="Ask something, or pick an example below.")
+                gr.Examples(examples=[[p] for p in EXAMPLE_PROMPTS], inputs=[ui["prompt"]], label="Example prompts")
+                with gr.Row():
+                    ui["run"] = gr.Button("Run the race", variant="primary", elem_id="run")
+                    ui["stop"] = gr.Button("Stop", variant="stop", elem_id="stop")
+                    ui["replay"] = gr.Button("Replay race", elem_id="replay")
+                    ui["speed"] = gr.Dropdown(["1×", "2×", "4×", "0.5×"], value="1×", label="Replay speed",
+                                              min_width=90, scale=0)
+            with gr.Column(scale=2):
+                gr.Markdown("**Recorded runs** — replay without a model")
+                ui["example"] = gr.Dropdown(list(examples), value=next(iter(examples), None), label="Example run",
+                                            elem_id="example")
+                with gr.Row():
+                    ui["upload"] = gr.UploadButton("Load a run file", file_types=[".json"], size="sm")
+                    ui["download"] = gr.DownloadButton("Save this run", size="sm", interactive=False)
+                ui["info"] = gr.HTML(elem_classes="race-info")
+        with gr.Accordion("Settings", open=False):
+            ui["model_info"] = gr.Markdown(MODELS.describe())
+            with gr.Row():
+                ui["max_new_tokens"] = gr.Slider(8, 512, value=64, step=8, label="max new tokens")
+                ui["temperature"] = gr.Slider(0, 2, value=0, step=0.05, label="temperature (0 = greedy)")
+                ui["top_p"] = gr.Slider(0.05, 1, value=1, step=0.05, label="top-p")
+                ui["seed"] = gr.Number(0, precision=0, label="seed")
+            with gr.Row():
+                ui["e_top_k"] = gr.Slider(1, 32, value=10, step=1, label="EAGLE-2 / DDD top-k (beam width)")
+                ui["e_calls"] = gr.Slider(1, 16, value=6, step=1, label="EAGLE-2 draft calls (tree depth)")
+                ui["e_total"] = gr.Slider(2, 128, value=60, step=1, label="total tokens verified (EAGLE-2 / DDD)")
+            with gr.Row():
+                ui["d_calls"] = gr.Slider(1, 24, value=11, step=1, label="DDD max draft calls")
+                ui["d_checks"] = gr.Textbox("5,7,9", label="DDD check after calls ('5,7,9' or 'all')")
+                ui["d_threshold"] = gr.Number(-0.3, label="DDD threshold on H (≤ 0)")
+            with gr.Row():
+                ui["shade"] = gr.Checkbox(True, label="shade tokens by how they were made")
+                ui["mode"] = gr.Radio(list(TREE_MODES), value=next(iter(TREE_MODES)), label="tree nodes shown")
+        ui["message"] = gr.HTML(visible=False, elem_id="message")
+        with gr.Row(equal_height=False):
+            for method in RACE_METHODS:
+                with gr.Column(min_width=260):
+                    ui[f"cnt_{method}"] = gr.HTML(counters_html(method, []), elem_id=f"cnt-{method}")
+                    ui[f"ans_{method}"] = gr.HTML(answer_html(None, placeholder="(no run yet)"),
+                                                  elem_id=f"ans-{method}")
+        gr.HTML(f"<div class='legend-line'>Shading: {LEGEND}. Plain decoding makes every token with the target.</div>")
+        with gr.Tabs():
+            with gr.Tab("Step through", id="steps"):
+                with gr.Row():
+                    ui["first"] = gr.Button("⏮ First", size="sm", min_width=60)
+                    ui["prev"] = gr.Button("◀ Prev", size="sm", min_width=60)
+                    ui["play"] = gr.Button("▶ Play", size="sm", min_width=60, elem_id="play")
+                    ui["next"] = gr.Button("Next ▶", size="sm", min_width=60, elem_id="next")
+                    ui["last"] = gr.Button("Last ⏭", size="sm", min_width=60)
+                ui["slider"] = gr.Slider(0, 1, value=0, step=1, label="step (0 = prefill)", elem_id="step-slider")
+                with gr.Row(equal_height=False):
+                    with gr.Column():
+                        gr.Markdown("**EAGLE-2** — text so far (current step outlined)")
+                        ui["txt_eagle2"] = gr.HTML(elem_classes="small")
+                        ui["tree_eagle2"] = gr.Plot(label="EAGLE-2 draft tree", elem_id="tree-eagle2")
+                    with gr.Column():
+                        gr.Markdown("**DDD** — text so far (current step outlined)")
+                        ui["txt_ddd"] = gr.HTML(elem_classes="small")
+                        ui["tree_ddd"] = gr.Plot(label="DDD draft tree", elem_id="tree-ddd")
+                ui["narration"] = gr.Markdown(elem_id="narration")
+                ui["depth"] = gr.Plot(label="Depth & confidence", elem_id="depth")
+            with gr.Tab("Timeline & summary", id="timeline"):
+                ui["summary"] = gr.Dataframe(label="Summary", interactive=False, elem_id="summary", wrap=True)
+                ui["timeline"] = gr.Plot(label="Timeline", elem_id="timeline")
+            with gr.Tab("About", id="about"):
+                ui["about"] = gr.Markdown()
+        ui["timer"] = gr.Timer(1.2, active=False)
+
+        race_outputs = [ui[n] for n in RACE_OUTPUT_NAMES]
+        step_outputs = [ui[n] for n in STEP_OUTPUT_NAMES]
+        view_inputs = [ui["shade"], ui["mode"], ui["session"]]
+
+        demo.load(load_example, [ui["example"], *view_inputs], race_outputs, api_name="open_example")
+        ui["example"].input(load_example, [ui["example"], *view_inputs], race_outputs, api_name=False)
+        ui["upload"].upload(load_file, [ui["upload"], *view_inputs], race_outputs, api_name="load_file")
+        ui["shade"].input(redraw, view_inputs, race_outputs, api_name=False)
+        ui["mode"].input(show_step, [ui["slider"], *view_inputs], step_outputs, api_name=False)
+        ui["slider"].change(show_step, [ui["slider"], *view_inputs], step_outputs, api_name="show_step",
+                            show_progress="hidden", trigger_mode="always_last")
+        for where in ("first", "prev", "next", "last"):
+            ui[where].click(lambda i, s, w=where: move(w, i, s), [ui["slider"], ui["session"]], ui["slider"],
+                            api_name=False, show_progress="hidden")
+        ui["play"].click(toggle_play, [ui["playing"], ui["slider"], ui["session"]],
+                         [ui["playing"], ui["timer"], ui["play"], ui["slider"]], api_name=False)
+        ui["timer"].tick(tick, [ui["playing"], ui["slider"], ui["session"]],
+                         [ui["playing"], ui["timer"], ui["play"], ui["slider"]], api_name=False,
+                         show_progress="hidden")
+        run_inputs = [ui["prompt"], *[ui[n] for n in SETTINGS_NAMES], *view_inputs]
+        running = ui["run"].click(run_race, run_inputs, race_outputs, api_name="run", concurrency_id="model",
+                                  concurrency_limit=1)
+        ui["prompt"].submit(run_race, run_inputs, race_outputs, api_name=False, concurrency_id="model",
+                            concurrency_limit=1)
+        running.then(lambda: MODELS.describe(), None, ui["model_info"], api_name=False)
+        replay_outputs = [ui[n] for n in RACE_OUTPUT_NAMES[:6]] + [ui["message"]]
+        ui["replay"].click(replay, [ui["shade"], ui["speed"], ui["session"]], replay_outputs, api_name="replay",
+                           concurrency_limit=None)
+        ui["stop"].click(request_stop, [ui["session"]], ui["message"], api_name="stop", concurrency_limit=None,
+                         queue=False)
+    demo.queue(default_concurrency_limit=4, max_size=64)
+    return demo
+
+
+def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
+    parser = argparse.ArgumentParser(description="DDD Explorer: race plain decoding, EAGLE-2 and DDD.")
+    parser.add_argument("--model", default=os.environ.get("DDD_MODEL"),
+                        help="target model: a local directory or hub id (default: the embedded SmolLM2-135M-Instruct)")
+    parser.add_argument("--head", default=os.environ.get("DDD_HEAD"),
+                        help="EAGLE draft head directory, or 'random' (default: assets/head when present)")
+    parser.add_argument("--device", default=os.environ.get("DDD_DEVICE"), help="cpu or cuda (default: cuda if available)")
+    parser.add_argument("--dtype", default=os.environ.get("DDD_DTYPE"), help="float32, bfloat16 or float16")
+    parser.add_argument("--host", default=os.environ.get("GRADIO_SERVER_NAME", "127.0.0.1"))
+    parser.add_argument("--port", type=int, default=int(os.environ.get("GRADIO_SERVER_PORT", "7860")))
+    return parser.parse_args(argv)
+
+
+def main(argv: list[str] | None = None) -> None:
+    args = parse_args(argv)
+    MODELS.config = ModelConfig(args.model or None, args.head or None, args.device, args.dtype)
+    demo = build_demo()
+    demo.launch(server_name=args.host, server_port=args.port, css=CSS,
+                theme=gr.themes.Soft(primary_hue="violet", secondary_hue="blue"))
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,134 @@
+"""Every view of a race at once, and of one step: what the app's callbacks hand to its components."""
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any
+
+import pandas as pd
+import plotly.graph_objects as go
+
+from ddd.trace import RunTrace
+
+from .about import about_markdown
+from .answer import answer_html, counters_html
+from .charts import SUMMARY_HEADERS, depth_figure, summary_rows, timeline_figure
+from .narration import narrate
+from .race import METHOD_LABELS, RACE_METHODS, Race
+from .tokens import escape
+from .tree import tree_figure
+
+CSS = """
+.answer { white-space: pre-wrap; font-family: ui-monospace, SFMono-Regular, Menlo, monospace; font-size: 13px;
+  line-height: 1.55; min-height: 140px; max-height: 360px; overflow-y: auto; padding: 8px 10px;
+  border: 1px solid #e2e8f0; border-radius: 8px; background: #fff; color: #0f172a; }
+.answer.empty { color: #94a3b8; font-style: italic; }
+.answer.small { min-height: 60px; max-height: 150px; font-size: 12px; }
+.tok-draft { background: #dcfce7; border-radius: 3px; }
+.tok-target { background: #fef3c7; border-radius: 3px; }
+.step.cur { outline: 2px solid #f59e0b; border-radius: 3px; background: #fff7ed; }
+.cursor { color: #9333ea; animation: blink 1s steps(1) infinite; }
+@keyframes blink { 50% { opacity: 0; } }
+.counters { display: flex; flex-wrap: wrap; gap: 4px; align-items: center; font-size: 12px; margin-bottom: 4px; }
+.counters b { margin-right: 6px; font-size: 14px; }
+.badge { background: #f1f5f9; border-radius: 10px; padding: 1px 8px; white-space: nowrap; }
+.badge .k { color: #64748b; }
+.badge .v { font-weight: 600; color: #0f172a; font-variant-numeric: tabular-nums; }
+.status { color: #7c3aed; margin-left: 6px; }
+.legend-line { font-size: 12px; color: #475569; }
+.legend-line .tok-draft, .legend-line .tok-target { padding: 0 4px; }
+.note-box { border-left: 4px solid #f59e0b; background: #fffbeb; padding: 6px 10px; border-radius: 4px; }
+.error-box { border-left: 4px solid #dc2626; background: #fef2f2; padding: 6px 10px; border-radius: 4px; }
+.race-info { font-size: 13px; }
+"""
+
+
+@dataclass
+class StepView:
+    index: int
+    eagle2_text: str
+    ddd_text: str
+    eagle2_tree: go.Figure
+    ddd_tree: go.Figure
+    narration: str
+    depth: go.Figure
+
+
+def column_views(race: Race | None, shade: bool = True) -> list[str]:
+    """Answer HTML of plain, EAGLE-2, DDD, then their counters (6 strings)."""
+    answers, counts = [], []
+    for method in RACE_METHODS:
+        trace = race.get(method) if race else None
+        answers.append(answer_html(trace, shade=shade, placeholder="(no run yet)" if trace is None else ""))
+        status = ""
+        if trace is not None and trace.stop_reason:
+            status = f"done: {trace.stop_reason}"
+        counts.append(counters_html(method, trace.steps if trace else [], status))
+    return answers + counts
+
+
+def race_info(race: Race | None) -> str:
+    if race is None:
+        return "No run loaded yet."
+    any_trace = next(iter(race.traces.values()))
+    sampling = any_trace.sampling
+    mode = "greedy" if not sampling.get("temperature") else (
+        f"sampling (temperature {sampling.get('temperature')}, top-p {sampling.get('top_p')}, seed {sampling.get('seed')})")
+    title = f"**{escape(race.title)}** · " if race.title else ""
+    parts = [f"{title}Prompt: “{escape(race.prompt[:300])}”",
+             f"Model {escape(any_trace.model)} ({any_trace.precision}, {any_trace.device}), "
+             f"head {escape(str(any_trace.head))}, {mode}."]
+    for method in ("eagle2", "ddd"):
+        trace = race.get(method)
+        if trace is not None:
+            settings = ", ".join(f"{k} {v}" for k, v in trace.settings.items())
+            parts.append(f"{METHOD_LABELS[method]}: {escape(settings)}.")
+    if race.note:
+        parts.append(escape(race.note))
+    return "<br>".join(parts)
+
+
+def step_count(race: Race | None) -> int:
+    return race.decode_steps() if race else 0
+
+
+def _at(trace: RunTrace | None, index: int):
+    if trace is None or not trace.steps:
+        return None
+    return trace.steps[min(index, len(trace.steps) - 1)]
+
+
+def step_view(race: Race | None, index: int, shade: bool = True, show: str = "shown") -> StepView:
+    """Views of step `index` for EAGLE-2 and DDD (a run that had already finished shows its last step)."""
+    eagle2 = race.get("eagle2") if race else None
+    ddd = race.get("ddd") if race else None
+    texts, trees, words = [], [], []
+    for trace in (eagle2, ddd):
+        step = _at(trace, index)
+        if trace is None or step is None:
+            texts.append(answer_html(None, placeholder="(no run)"))
+            trees.append(tree_figure(None, trace))
+            continue
+        finished = index >= len(trace.steps)
+        texts.append(answer_html(trace, upto=step.index, current=step.index, shade=shade))
+        trees.append(tree_figure(step, trace, show=show, height=440))
+        prefix = (f"*{METHOD_LABELS[trace.method]} had already finished; its last step:* "
+                  if finished else "")
+        words.append(prefix + narrate(step, trace, race))
+    return StepView(index, texts[0], texts[1], trees[0], trees[1], "\n\n".join(words) or "Nothing to narrate yet.",
+                    depth_figure(race, current=index if race else None))
+
+
+def race_views(race: Race | None, shade: bool = True) -> dict[str, Any]:
+    """Everything that depends on the whole race (figures are built once per race, not per step)."""
+    return {
+        "columns": column_views(race, shade),
+        "timeline": timeline_figure(race),
+        "summary": summary_table(race),
+        "about": about_markdown(race),
+        "info": race_info(race),
+        "steps": step_count(race),
+    }
+
+
+def summary_table(race: Race | None) -> pd.DataFrame:
+    return pd.DataFrame(summary_rows(race), columns=SUMMARY_HEADERS).astype(str)
