@@ -1,0 +1,177 @@
+"""End-to-end tests of `python -m ddd.train` (data + fit) on a tiny random Llama saved locally."""
+from __future__ import annotations
+
+import json
+import string
+
+import pytest
+import torch
+
+from ddd import train
+
+CHAT_TEMPLATE = (
+    "{% for m in messages %}<|im_start|>{{ m['role'] }}\n{{ m['content'] }}<|im_end|>\n{% endfor %}"
+    "{% if add_generation_prompt %}<|im_start|>assistant\n{% endif %}"
+)
+
+
+def _tiny_tokenizer():
+    from tokenizers import Tokenizer
+    from tokenizers.models import WordLevel
+    from tokenizers.pre_tokenizers import Split
+    from transformers import PreTrainedTokenizerFast
+
+    specials = ["<unk>", "<|im_start|>", "<|im_end|>"]
+    chars = sorted(set(string.printable))
+    vocab = {tok: i for i, tok in enumerate(specials + chars)}
+    core = Tokenizer(WordLevel(vocab, unk_token="<unk>"))
+    core.pre_tokenizer = Split(pattern="", behavior="isolated")
+    core.add_special_tokens(specials)
+    tok = PreTrainedTokenizerFast(tokenizer_object=core, unk_token="<unk>", eos_token="<|im_end|>",
+                                  pad_token="<|im_end|>", bos_token="<|im_start|>")
+    tok.chat_template = CHAT_TEMPLATE
+    return tok
+
+
+@pytest.fixture(scope="module")
+def tiny_model(tmp_path_factory):
+    from transformers import LlamaConfig, LlamaForCausalLM
+
+    tok = _tiny_tokenizer()
+    config = LlamaConfig(hidden_size=64, intermediate_size=128, num_hidden_layers=2, num_attention_heads=4,
+                         num_key_value_heads=2, vocab_size=len(tok), max_position_embeddings=256,
+                         eos_token_id=tok.eos_token_id, pad_token_id=tok.pad_token_id, bos_token_id=tok.bos_token_id,
+                         tie_word_embeddings=True)
+    torch.manual_seed(0)
+    model = LlamaForCausalLM(config)
+    directory = tmp_path_factory.mktemp("tiny")
+    model.save_pretrained(directory)
+    tok.save_pretrained(directory)
+    return directory
+
+
+@pytest.fixture(scope="module")
+def prompts(tmp_path_factory):
+    path = tmp_path_factory.mktemp("prompts") / "prompts.jsonl"
+    rows = [{"id": f"p{i}", "prompt": f"Question {i}: " + "why is the sky blue? " * (1 + i % 4)} for i in range(12)]
+    rows.append({"id": "long", "prompt": "x" * 500})  # longer than --max-prompt-tokens: must be cut
+    path.write_text("\n".join(json.dumps(r) for r in rows) + "\n")
+    return path
+
+
+def _data_args(model, prompts, out, *extra):
+    return ["data", "--model", str(model), "--prompts", str(prompts), "--out", str(out),
+            "--max-new-tokens", "10", "--batch-size", "4", "--shard-size", "5", "--max-prompt-tokens", "96",
+            "--sampled-fraction", "0.3", *extra]
+
+
+def test_data_then_fit_end_to_end(tiny_model, prompts, tmp_path, capsys):
+    from ddd.head import load_head
+    from ddd.models import load_target
+
+    data_dir = tmp_path / "data"
+    assert train.main(_data_args(tiny_model, prompts, data_dir)) == 0
+    shards = sorted(data_dir.glob("shard_*.pt"))
+    assert len(shards) == 3  # 13 prompts, 5 per shard
+    samples, meta = train.load_samples(data_dir)
+    assert len(samples) == 13 and meta["hidden_size"] == 64
+    assert any(s["sampled"] for s in samples) and not all(s["sampled"] for s in samples)
+    target = load_target(str(tiny_model))
+    for sample in samples:
+        assert sample["prompt_len"] <= 96
+        assert sample["features"].dtype == torch.float16
+        assert sample["features"].shape == (len(sample["ids"]) - 1, 64)
+    # The features captured during generation are the target's own (a plain forward agrees).
+    sample = samples[0]
+    with torch.no_grad():
+        plain = target.model.model(input_ids=sample["ids"][None, :-1].long()).last_hidden_state[0]
+    assert torch.allclose(plain, sample["features"].float(), atol=2e-2)
+    # Greedy answers are the target's greedy continuation.
+    greedy = next(s for s in samples if not s["sampled"])
+    prompt = greedy["ids"][: greedy["prompt_len"]][None].long()
+    with torch.no_grad():
+        again = target.model.generate(prompt, attention_mask=torch.ones_like(prompt), max_new_tokens=10,
+                                      do_sample=False, pad_token_id=target.tokenizer.pad_token_id)[0]
+    answer = greedy["ids"][greedy["prompt_len"]:].tolist()
+    assert again[greedy["prompt_len"]:][: len(answer)].tolist() == answer
+
+    # Rerunning skips the finished shards.
+    before = [p.stat().st_mtime_ns for p in shards]
+    capsys.readouterr()
+    assert train.main(_data_args(tiny_model, prompts, data_dir)) == 0
+    assert "nothing to do" in capsys.readouterr().out
+    assert [p.stat().st_mtime_ns for p in shards] == before
+
+    head_dir, ckpt = tmp_path / "head", tmp_path / "ckpt"
+    fit = ["fit", "--data", str(data_dir), "--out", str(head_dir), "--ckpt-dir", str(ckpt), "--draft-vocab", "40",
+           "--batch-tokens", "400", "--lr", "3e-3", "--eval-every", "20", "--ckpt-every", "20", "--heldout", "0.2"]
+    assert train.main(fit + ["--steps", "40"]) == 0
+    history = torch.load(ckpt / "checkpoint.pt", weights_only=False)["history"]
+    assert history[-1]["train_loss"] < history[0]["train_loss"]
+    assert "heldout_acc" in history[-1] and "heldout_acc_level2" in history[-1]
+    out = capsys.readouterr().out
+    assert "coverage" in out
+
+    head = load_head(head_dir, target)
+    assert head.draft_vocab_size == 40
+    assert target.tokenizer.eos_token_id in head.draft_to_target().tolist()
+    config = json.loads((head_dir / "config.json").read_text())
+    assert config["training"]["steps"] == 40 and config["training"]["final"]
+
+    # Resume continues from the checkpoint and keeps the history.
+    assert train.main(fit + ["--steps", "60", "--resume"]) == 0
+    resumed = torch.load(ckpt / "checkpoint.pt", weights_only=False)
+    assert resumed["step"] == 60 and len(resumed["history"]) == 3
+    assert "resumed from" in capsys.readouterr().out
+
+
+def test_loss_goes_down_with_the_trainer(tiny_model, prompts, tmp_path):
+    from ddd.head import new_head
+    from ddd.models import load_target
+
+    data_dir = tmp_path / "data"
+    assert train.main(_data_args(tiny_model, prompts, data_dir, "--limit", "6")) == 0
+    samples, _ = train.load_samples(data_dir)
+    target = load_target(str(tiny_model))
+    head = new_head(target).train().requires_grad_(True)
+    trainer = train.HeadTrainer(target, head)
+    batch = train.collate(samples, max_len=512)
+    optimizer = torch.optim.AdamW(head.parameters(), lr=3e-3)
+    first = None
+    for _ in range(30):
+        loss, _ = trainer.loss(batch, noise=False)
+        optimizer.zero_grad()
+        loss.backward()
+        optimizer.step()
+        first = float(loss) if first is None else first
+    assert float(loss) < 0.5 * first
+    # Target embeddings and LM head stay frozen: the trainer never hands them to the optimizer.
+    assert not target.model.lm_head.weight.requires_grad
+
+
+def test_collate_mask_covers_answer_positions_only():
+    sample = {"ids": torch.arange(10, dtype=torch.int32), "prompt_len": 4,
+              "features": torch.zeros(9, 8, dtype=torch.float16)}
+    batch = train.collate([sample], max_len=64)
+    # Outputs h_t (t = 0..7) predict x_{t+2}; answer tokens are x_4..x_9, so t = 2..7.
+    assert batch["mask"][0].nonzero().flatten().tolist() == [2, 3, 4, 5, 6, 7]
+
+
+def test_bad_arguments(tmp_path, capsys):
+    missing = tmp_path / "nope.jsonl"
+    assert train.main(["data", "--prompts", str(missing), "--out", str(tmp_path / "d")]) == 2
+    assert "does not exist" in capsys.readouterr().err
+    bad = tmp_path / "bad.jsonl"
+    bad.write_text('{"id": 1}\n')
+    assert train.main(["data", "--prompts", str(bad), "--out", str(tmp_path / "d")]) == 2
+    assert "no `prompt`" in capsys.readouterr().err
+    assert train.main(["data", "--prompts", str(bad), "--out", str(tmp_path / "d"), "--sampled-fraction", "2"]) == 2
+    assert "--sampled-fraction" in capsys.readouterr().err
+    assert train.main(["fit", "--data", str(tmp_path / "empty"), "--out", str(tmp_path / "h")]) == 2
+    assert "meta.json is missing" in capsys.readouterr().err
+    assert train.main(["fit", "--data", str(tmp_path), "--out", str(tmp_path / "h"), "--steps", "0"]) == 2
+    assert "--steps" in capsys.readouterr().err
+    with pytest.raises(SystemExit):
+        train.main(["fit", "--data", str(tmp_path)])  # --out is required: argparse exits
+    with pytest.raises(SystemExit):
+        train.main(["frobnicate"])
