@@ -21,7 +21,7 @@ class HeadRunner:
     def __init__(self, head: EagleHead, target: Target):
         self.head = head
         self.embed = target.model.get_input_embeddings()
-        weight = target.model.lm_head.weight
+        weight = target.lm_weight
         self.vocab_ids = head.draft_to_target()
         # The draft LM head: the target's, restricted to the draft vocabulary when the head has one.
         self.lm_weight = weight if self.vocab_ids is None else weight[self.vocab_ids].contiguous()

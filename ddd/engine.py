@@ -124,8 +124,9 @@ class Generation:
 
         start = self._sync()
         hidden = model.model(input_ids=ids, cache=cache, use_cache=True).last_hidden_state[0]
-        token = next_token(model.lm_head(hidden[-1]), self.sampling, generator)
+        logits = model.lm_head(hidden[-1:])[0]
         verified = self._sync()
+        token = next_token(logits, self.sampling, generator)
         step = Step(index=0, token_ids=[token], text="", accepted=0, verify_ms=(verified - start) * 1e3, prefill=True)
         if self._emit(step, verified):
             yield step
@@ -146,10 +147,12 @@ class Generation:
             start = self._sync()
             if runner is None:
                 draft = None
+                drafted = start  # nothing to draft: the whole forward is verification
                 hidden = model.model(input_ids=torch.tensor([[token]], device=device), cache=cache,
                                      use_cache=True).last_hidden_state[0]
-                drafted = verified = self._sync()
-                acceptance = Acceptance([0], next_token(model.lm_head(hidden[-1]), self.sampling, generator))
+                logits = model.lm_head(hidden[-1:])[0]
+                verified = self._sync()
+                acceptance = Acceptance([0], next_token(logits, self.sampling, generator))
             else:
                 root = torch.tensor(token, device=device)
                 depth_limit = limit - 1 - past

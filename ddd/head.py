@@ -164,6 +164,11 @@ def load_head(directory: str | Path, target: Target) -> EagleHead:
     if missing or unexpected:
         raise HeadLoadError(f"Head weights in {directory} do not match the EAGLE layout: missing {missing}, unexpected {unexpected}.")
     head.name = str(directory)
+    return for_target(head, target)
+
+
+def for_target(head: EagleHead, target: Target) -> EagleHead:
+    """Put a head on the target's device and in its precision."""
     return head.to(device=target.device, dtype=target.model.dtype).eval().requires_grad_(False)
 
 
@@ -173,7 +178,7 @@ def resolve_head(spec: str | None, target: Target) -> tuple[EagleHead, str]:
     Returns the head and a note for the user when it is not the one they might expect.
     """
     if spec == "random":
-        head = new_head(target).eval().requires_grad_(False)
+        head = for_target(new_head(target), target)
         head.name = "random"
         return head, "Using a randomly initialised draft head: speculative methods will accept almost nothing."
     if spec is None:

@@ -40,7 +40,12 @@ class Target:
 
     @property
     def vocab_size(self) -> int:
-        return self.model.lm_head.weight.shape[0]
+        return self.lm_weight.shape[0]
+
+    @property
+    def lm_weight(self) -> torch.Tensor:
+        """The target's LM head matrix (vocab, H); the draft head reuses it."""
+        return self.model.lm_head.weight
 
     @property
     def context_limit(self) -> int:

@@ -117,3 +117,22 @@ def test_head_runner_drops_tree_nodes_from_its_cache(llama, llama_head):
     drafter = DynamicTreeDrafter.eagle2(Eagle2Settings(top_k=3, draft_calls=4, total_tokens=10))
     drafter.draft(runner, torch.tensor(8), root_feature, depth_limit=100)
     assert runner.context_length == 6
+
+
+@pytest.mark.parametrize("precision", ["bfloat16", "float16"])
+def test_greedy_equals_plain_greedy_in_every_precision(tiny_llama_dir, llama_head, precision):
+    import copy
+
+    from ddd.head import for_target
+    from tests.tiny import load_target
+
+    target = load_target(str(tiny_llama_dir), dtype=precision)
+    head = for_target(copy.deepcopy(llama_head), target)
+    for prompt in PROMPTS[:3]:
+        plain = generate(target, None, prompt, "plain", max_new_tokens=30)
+        list(plain)
+        for method in ("eagle", "eagle2", "ddd"):
+            run = generate(target, head, prompt, method, max_new_tokens=30)
+            list(run)
+            assert run.token_ids == plain.token_ids, (precision, method, prompt)
+            assert run.trace.precision == precision
