@@ -1,0 +1,48 @@
+"""`python -m ddd generate` streams the answer, prints the summary, and explains every bad argument."""
+import pytest
+
+from ddd.cli import main
+from ddd.head import save_head
+
+
+def test_generate_streams_text_and_summary(tmp_path, tiny_llama_dir, llama_head, capsys):
+    head_dir = save_head(llama_head, tmp_path / "head")
+    main(["generate", "the cat sat", "--model", str(tiny_llama_dir), "--head", str(head_dir), "--method", "ddd",
+          "--max-new-tokens", "12", "--set", "threshold=-0.5", "--set", "ddd.check_steps=all",
+          "--save", str(tmp_path / "run.json")])
+    out = capsys.readouterr().out
+    for key in ("tokens_per_s", "tau", "target_forwards", "mean_draft_depth", "stop: max_new_tokens"):
+        assert key in out
+    assert (tmp_path / "run.json").exists()
+
+
+@pytest.mark.parametrize("argv, message", [
+    (["generate", "hi", "--method", "beam"], "invalid choice: 'beam'"),
+    (["generate", "hi", "--set", "threshold"], "settings look like name=value"),
+    (["generate", "hi", "--max-new-tokens", "many"], "invalid int value"),
+    (["generate", "hi", "--dtype", "float8"], "invalid choice: 'float8'"),
+])
+def test_bad_arguments(argv, message, capsys):
+    with pytest.raises(SystemExit) as exit_info:
+        main(argv)
+    assert exit_info.value.code == 2
+    assert message in capsys.readouterr().err
+
+
+@pytest.mark.parametrize("extra, message", [
+    (["--set", "threshold=1"], "never above 0"),
+    (["--set", "depth=3"], "Unknown setting"),
+    (["--head", "/no/such/head"], "config.json is missing"),
+    (["--max-new-tokens", "0"], "max_new_tokens must be at least 1"),
+])
+def test_bad_values_give_their_message(tiny_llama_dir, extra, message, capsys):
+    with pytest.raises(SystemExit) as exit_info:
+        main(["generate", "hi", "--model", str(tiny_llama_dir), "--head", "random", *extra])
+    assert exit_info.value.code == 2
+    assert message in capsys.readouterr().err
+
+
+def test_missing_model(tmp_path, capsys):
+    with pytest.raises(SystemExit):
+        main(["generate", "hi", "--model", str(tmp_path / "none"), "--method", "plain"])
+    assert "Could not load model" in capsys.readouterr().err
