@@ -44,6 +44,8 @@ def answer_html(trace: RunTrace | None, *, upto: int | None = None, current: int
             pieces.append(f'<span class="{css}">{escape(text)}</span>')
         if pieces:
             parts.append(f'<span class="{classes}" title="step {step.index}">{"".join(pieces)}</span>')
+        elif current is not None and step.index == current:  # its bytes complete a character in a later step
+            parts.append(f'<span class="{classes}" title="step {step.index}: no complete character yet">·</span>')
     tail = '<span class="cursor">▍</span>' if cursor else ""
     return f'<div class="answer">{"".join(parts)}{tail}</div>'
 

@@ -59,7 +59,7 @@ def column_views(race: Race | None, shade: bool = True) -> list[str]:
     for method in RACE_METHODS:
         trace = race.get(method) if race else None
         answers.append(answer_html(trace, shade=shade, placeholder="(no run yet)" if trace is None else ""))
-        status = ""
+        status = "not run" if race is not None and trace is None else ""
         if trace is not None and trace.stop_reason:
             status = f"done: {trace.stop_reason}"
         counts.append(counters_html(method, trace.steps if trace else [], status))

@@ -1,0 +1,240 @@
+"""The app's event functions on the tiny model, and the whole app over HTTP through gradio_client."""
+from __future__ import annotations
+
+import json
+import os
+import socket
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+
+import app
+from components import Race
+from ddd import save_head
+
+ROOT = Path(__file__).resolve().parents[1]
+TREE_MODE = next(iter(app.TREE_MODES))
+# max_new_tokens, temperature, top_p, seed, EAGLE-2 top_k / draft calls / total tokens, DDD max calls / checks / threshold
+SETTINGS = [24, 0.0, 1.0, 0, 4, 4, 20, 8, "3,5,7", -0.3]
+
+
+@pytest.fixture
+def models(llama, llama_head, monkeypatch):
+    models = app.Models(app.ModelConfig(model="tiny", head="tiny"))
+    models.target, models.head = llama, llama_head
+    monkeypatch.setattr(app, "MODELS", models)
+    return models
+
+
+def outputs(values) -> dict:
+    assert len(values) == len(app.RACE_OUTPUT_NAMES)
+    return dict(zip(app.RACE_OUTPUT_NAMES, values))
+
+
+def race_run(prompt, session, settings=SETTINGS):
+    return [outputs(v) for v in app.run_race(prompt, *settings, True, TREE_MODE, session)]
+
+
+def message_of(out) -> str:
+    value = out["message"]
+    return value.get("value", "") if isinstance(value, dict) else str(value)
+
+
+def test_run_streams_each_column_then_builds_every_view(models):
+    session = app.Session()
+    frames = race_run("the cat sat", session)
+    assert len(frames) > 3
+    final = frames[-1]
+    race = session.race
+    assert isinstance(race, Race) and race.methods == ["plain", "eagle2", "ddd"]
+    # The columns filled one after another: plain had text while DDD was still waiting.
+    assert any("waiting" in str(f["ans_ddd"]) and 'class="step' in str(f["ans_plain"]) for f in frames[:-1])
+    for method in ("plain", "eagle2", "ddd"):
+        assert 'class="step' in final[f"ans_{method}"]
+        assert "tokens/s" in final[f"cnt_{method}"]
+    assert race.traces["plain"].text == race.traces["ddd"].text == race.traces["eagle2"].text  # greedy: lossless
+    assert list(final["summary"]["method"]) == ["Plain", "EAGLE-2", "DDD"]
+    assert final["slider"]["maximum"] == race.decode_steps() - 1
+    assert final["tree_ddd"].data and final["depth"].data and final["timeline"].data
+    assert Race.load(final["download"]["value"]).methods == race.methods  # the saved file loads back
+    assert not session.busy and session.generation is None
+
+
+def test_bad_input_gives_a_message_not_a_crash(models):
+    session = app.Session()
+    for prompt, settings, words in [
+        ("", SETTINGS, "empty"),
+        ("x" * (app.MAX_PROMPT_CHARS + 1), SETTINGS, "characters"),
+        ("the cat", SETTINGS[:9] + [0.5], "threshold"),
+        ("the cat", SETTINGS[:8] + ["3,99", -0.3], "check_steps"),
+        ("the cat", SETTINGS[:6] + [1] + SETTINGS[7:], "total_tokens"),
+        ("the cat " * 200, SETTINGS, "shorten the prompt"),
+    ]:
+        frames = race_run(prompt, session, settings)
+        assert frames and words in message_of(frames[-1]), (words, message_of(frames[-1]))
+        assert session.race is None and not session.busy
+    assert race_run("the cat sat", session)[-1]["summary"] is not None  # and the next run works
+
+
+def test_stop_ends_the_run_promptly_and_the_next_run_works(models):
+    session = app.Session()
+    run = app.run_race("one two three", 200, *SETTINGS[1:], True, TREE_MODE, session)
+    frames = []
+    for values in run:
+        frames.append(outputs(values))
+        if session.generation is not None and not session.stop_requested:  # plain decoding has started
+            assert app.request_stop(session).startswith("Stopping")
+    race = session.race
+    assert race is not None and race.traces["plain"].stop_reason == "stopped"
+    assert len(race.traces["plain"].steps) < 10
+    assert "eagle2" not in race.traces and "not run" in frames[-1]["cnt_ddd"]
+    assert "Stopped" in message_of(frames[-1])
+    assert app.request_stop(session) == ""  # nothing running now
+    frames = race_run("the cat sat", session)
+    assert session.race.methods == ["plain", "eagle2", "ddd"]
+
+
+def test_step_through_controls(models):
+    session = app.Session()
+    race_run("the cat sat", session)
+    last = session.race.decode_steps() - 1
+    assert app.move("next", 0, session) == 1 and app.move("prev", 0, session) == 0
+    assert app.move("last", 0, session) == last and app.move("next", last, session) == last
+    assert app.move("first", last, session) == 0
+    txt_e, txt_d, tree_e, tree_d, narration, depth = app.show_step(1, True, TREE_MODE, session)
+    assert "Step 1" in narration and 'class="step cur"' in txt_d and tree_d.data and depth.layout.shapes
+    playing, timer, button, start = app.toggle_play(False, last, session)
+    assert playing and start == 0  # play from the end starts over
+    playing, timer, button, index = app.tick(True, 0, session)
+    assert playing and index == 1
+    playing, timer, button, index = app.tick(True, last, session)
+    assert not playing  # stops at the last step
+
+
+def test_examples_load_without_a_model(monkeypatch):
+    models = app.Models(app.ModelConfig(model="no-such-model"))
+    monkeypatch.setattr(app, "MODELS", models)
+    files = app.example_files()
+    session = app.Session()
+    for name in files:
+        out = outputs(app.load_example(name, True, TREE_MODE, session))
+        assert session.race is not None and session.race.methods
+        assert out["tree_ddd"].data and out["timeline"].data
+    assert not models.loaded
+
+
+def test_loading_a_broken_or_foreign_file_says_why(tmp_path):
+    session = app.Session()
+    broken = tmp_path / "broken.json"
+    broken.write_text("{not json")
+    assert "not a readable JSON" in message_of(outputs(app.load_file(str(broken), True, TREE_MODE, session)))
+    other = tmp_path / "other.json"
+    other.write_text(json.dumps({"format": "ddd-explorer-race", "version": 99, "traces": {}}))
+    assert "version 99" in message_of(outputs(app.load_file(str(other), True, TREE_MODE, session)))
+    assert session.race is None
+
+
+def test_head_fallback_note(tmp_path, monkeypatch):
+    monkeypatch.setattr(app, "HEAD_DIR", tmp_path / "missing")
+    config = app.ModelConfig()
+    assert config.head_source() is None
+    assert "random" in app.Models(config).describe()
+    assert app.ModelConfig(head="random").head_source() is None
+    assert app.ModelConfig(head="/some/dir").head_source() == "/some/dir"
+
+
+# ---------------------------------------------------------------------------------------------------
+# The app as a server.
+# ---------------------------------------------------------------------------------------------------
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def save_fitted_head(head, directory: Path) -> Path:
+    return save_head(head, directory)
+
+
+class AppServer:
+    """`python app.py` on the tiny model, on 127.0.0.1 and a free port."""
+
+    def __init__(self, model_dir: Path, head_dir: Path, log: Path, env: dict | None = None):
+        self.port = free_port()
+        self.url = f"http://127.0.0.1:{self.port}/"
+        self.log = log
+        full_env = {**os.environ, "OMP_NUM_THREADS": "1", "GRADIO_ANALYTICS_ENABLED": "False", **(env or {})}
+        self.proc = subprocess.Popen(
+            [sys.executable, str(ROOT / "app.py"), "--model", str(model_dir), "--head", str(head_dir),
+             "--host", "127.0.0.1", "--port", str(self.port)],
+            cwd=ROOT, env=full_env, stdout=log.open("w"), stderr=subprocess.STDOUT)
+
+    def wait(self, timeout: float = 120) -> "AppServer":
+        import urllib.request
+
+        deadline = time.monotonic() + timeout
+        while time.monotonic() < deadline:
+            if self.proc.poll() is not None:
+                raise RuntimeError(f"the app exited:\n{self.log.read_text()[-3000:]}")
+            try:
+                with urllib.request.urlopen(self.url, timeout=2) as reply:
+                    if reply.status == 200:
+                        return self
+            except OSError:
+                time.sleep(0.5)
+        raise TimeoutError(f"the app did not start within {timeout} s:\n{self.log.read_text()[-3000:]}")
+
+    def close(self) -> None:
+        self.proc.terminate()
+        try:
+            self.proc.wait(timeout=15)
+        except subprocess.TimeoutExpired:
+            self.proc.kill()
+            self.proc.wait()
+
+
+def tiny_race(target, head, prompt: str = "one two three") -> Race:
+    from ddd import generate
+
+    traces = {}
+    for method, settings in (("plain", {}), ("eagle2", dict(top_k=4, draft_calls=4, total_tokens=20)),
+                             ("ddd", dict(top_k=4, max_draft_calls=8, check_steps="3,5,7", total_tokens=20))):
+        run = generate(target, None if method == "plain" else head, prompt, method, max_new_tokens=32, **settings)
+        list(run)
+        traces[method] = run.trace
+    return Race(traces=traces, title="tiny example")
+
+
+@pytest.fixture(scope="module")
+def app_server(tiny_llama_dir, llama, llama_head, tmp_path_factory):
+    work = tmp_path_factory.mktemp("app")
+    head_dir = save_fitted_head(llama_head, work / "head")
+    env = {}
+    if not app.example_files():  # no shipped examples yet: show one recorded on the tiny model
+        tiny_race(llama, llama_head).save(work / "examples" / "tiny.json", compact=True)
+        env["DDD_EXAMPLES"] = str(work / "examples")
+    server = AppServer(tiny_llama_dir, head_dir, work / "app.log", env).wait()
+    yield server
+    server.close()
+
+
+def test_full_race_over_http(app_server):
+    from gradio_client import Client
+
+    client = Client(app_server.url, verbose=False)
+    job = client.submit("the cat sat", *SETTINGS, True, TREE_MODE, api_name="/run")
+    frames = [dict(zip(app.RACE_OUTPUT_NAMES, values)) for values in job]
+    final = dict(zip(app.RACE_OUTPUT_NAMES, job.outputs()[-1]))
+    for method in ("plain", "eagle2", "ddd"):
+        streamed = [f[f"ans_{method}"] for f in frames if 'class="step' in str(f[f"ans_{method}"])]
+        assert streamed, f"{method} never streamed"
+        assert 'class="step' in final[f"ans_{method}"]
+    table = final["summary"]
+    assert [row[0] for row in table["data"]] == ["Plain", "EAGLE-2", "DDD"]
+    assert table["headers"][4] == "speedup vs plain"
+    empty = dict(zip(app.RACE_OUTPUT_NAMES, client.predict("", *SETTINGS, True, TREE_MODE, api_name="/run")))
+    assert "empty" in str(empty["message"])
