@@ -271,7 +271,7 @@ def toggle_play(playing: bool, index: float | None, session: Session):
     playing = not playing
     last = max((session.race.decode_steps() if session and session.race else 1) - 1, 0)
     start = 0 if playing and int(index or 0) >= last else int(index or 0)
-    return playing, gr.Timer(active=playing), gr.update(value="⏸ Pause" if playing else "▶ Play"), start
+    return playing, gr.Timer(active=playing), gr.update(value="❚❚ Pause" if playing else "▶ Play"), start
 
 
 def tick(playing: bool, index: float | None, session: Session):
@@ -454,8 +454,6 @@ def build_demo() -> gr.Blocks:
                     ui["run"] = gr.Button("Run the race", variant="primary", elem_id="run")
                     ui["stop"] = gr.Button("Stop", variant="stop", elem_id="stop")
                     ui["replay"] = gr.Button("Replay race", elem_id="replay")
-                    ui["speed"] = gr.Dropdown(["1×", "2×", "4×", "0.5×"], value="1×", label="Replay speed",
-                                              min_width=90, scale=0)
             with gr.Column(scale=2):
                 gr.Markdown("**Recorded runs** — replay without a model")
                 ui["example"] = gr.Dropdown(list(examples), value=next(iter(examples), None), label="Example run",
@@ -482,6 +480,7 @@ def build_demo() -> gr.Blocks:
             with gr.Row():
                 ui["shade"] = gr.Checkbox(True, label="shade tokens by how they were made")
                 ui["mode"] = gr.Radio(list(TREE_MODES), value=next(iter(TREE_MODES)), label="tree nodes shown")
+                ui["speed"] = gr.Radio(["0.5×", "1×", "2×", "4×"], value="1×", label="replay speed")
         ui["message"] = gr.HTML(visible=False, elem_id="message")
         with gr.Row(equal_height=False):
             for method in RACE_METHODS:
@@ -493,11 +492,11 @@ def build_demo() -> gr.Blocks:
         with gr.Tabs():
             with gr.Tab("Step through", id="steps"):
                 with gr.Row():
-                    ui["first"] = gr.Button("⏮ First", size="sm", min_width=60)
-                    ui["prev"] = gr.Button("◀ Prev", size="sm", min_width=60)
+                    ui["first"] = gr.Button("« First", size="sm", min_width=60)
+                    ui["prev"] = gr.Button("‹ Prev", size="sm", min_width=60)
                     ui["play"] = gr.Button("▶ Play", size="sm", min_width=60, elem_id="play")
-                    ui["next"] = gr.Button("Next ▶", size="sm", min_width=60, elem_id="next")
-                    ui["last"] = gr.Button("Last ⏭", size="sm", min_width=60)
+                    ui["next"] = gr.Button("Next ›", size="sm", min_width=60, elem_id="next")
+                    ui["last"] = gr.Button("Last »", size="sm", min_width=60)
                 ui["slider"] = gr.Slider(0, 1, value=0, step=1, label="step (0 = prefill)", elem_id="step-slider")
                 with gr.Row(equal_height=False):
                     with gr.Column():

@@ -77,7 +77,7 @@ def depth_figure(race: Race | None, current: int | None = None, height: int = 56
                              mode="lines", name=f"threshold {threshold:g}", xaxis="x2", yaxis="y2",
                              line=dict(color="#dc2626", dash="dash", width=1.5), hoverinfo="skip"))
     if current is not None:
-        shapes.append(dict(type="line", meta="current", xref="x", yref="paper", x0=current, x1=current, y0=0, y1=1,
+        shapes.append(dict(type="line", name="current", xref="x", yref="paper", x0=current, x1=current, y0=0, y1=1,
                            line=dict(color="#f59e0b", width=2)))
     titles = ("draft calls per step (tree depth)", "DDD confidence H at each check",
               "tokens emitted per step (accepted + bonus)")
@@ -85,7 +85,7 @@ def depth_figure(race: Race | None, current: int | None = None, height: int = 56
         notes.append(dict(text=text, xref="paper", yref="paper", x=0, y=high, xanchor="left", yanchor="bottom",
                           showarrow=False, font=dict(size=12)))
     layout: dict[str, Any] = dict(
-        height=height, barmode="group", margin=dict(l=50, r=10, t=30, b=40), hovermode="closest",
+        height=height, barmode="group", margin=dict(l=50, r=10, t=60, b=40), hovermode="closest",
         legend=dict(orientation="h", y=-0.1, x=0, font=dict(size=10)), shapes=shapes, annotations=notes,
         uirevision="depth")
     axis_titles = {"": "calls", "2": "H", "3": "tokens"}

@@ -31,6 +31,7 @@ STATUS_NAMES = {
 BAND_COLORS = ("rgba(148,163,184,0.10)", "rgba(148,163,184,0.20)")
 GHOST_COLOR = "rgba(139,92,246,0.12)"
 GHOST_LINE = "rgba(139,92,246,0.55)"
+LABELLED_LEVEL = 22
 
 
 def build_graph(step: Step, top_k: int = 10, show: str = "shown") -> nx.DiGraph:
@@ -156,23 +157,26 @@ def tree_figure(step: Step | None, trace: RunTrace | None = None, *, show: str =
             traces.append(dict(type="scatter", x=xs, y=ys, mode="lines", hoverinfo="skip", showlegend=False,
                              line=dict(color=COLORS["accepted"] if accepted else "rgba(100,116,139,0.35)",
                                        width=3 if accepted else 1)))
-    many = graph.number_of_nodes() > 90
+    # Labels only where they fit: always on the root, the accepted path and the bonus token; elsewhere only in
+    # levels of at most LABELLED_LEVEL nodes (every node keeps its hover text).
+    per_level: dict[float, int] = {}
+    for x, _ in pos.values():
+        per_level[x] = per_level.get(x, 0) + 1
     for status in ("pruned", "rejected", "root", "accepted", "bonus"):
         nodes = [n for n, s in graph.nodes(data="status") if s == status]
         if not nodes:
             continue
-        labels = [visible(graph.nodes[n]["text"]) for n in nodes]
-        show_text = status != "pruned" or not many
+        always = status in ("root", "accepted", "bonus")
+        labels = [visible(graph.nodes[n]["text"]) if always or per_level[pos[n][0]] <= LABELLED_LEVEL else ""
+                  for n in nodes]
         traces.append(dict(
             type="scatter", meta=status, x=[pos[n][0] for n in nodes], y=[pos[n][1] for n in nodes],
-            mode="markers+text" if show_text else "markers",
-            text=labels, textposition="middle right",
-            textfont=dict(size=11 if status != "pruned" else 9,
-                          color="#0f172a" if status != "pruned" else "#64748b"),
-            marker=dict(color=COLORS[status], size=14 if status in ("accepted", "bonus", "root") else 9,
+            mode="markers+text", text=labels, textposition="middle right",
+            textfont=dict(size=12 if always else 10, color="#0f172a" if status != "pruned" else "#64748b"),
+            marker=dict(color=COLORS[status], size=15 if status == "bonus" else 12 if always else 8,
                         symbol="star" if status == "bonus" else "circle-open" if status == "pruned" else "circle",
-                        line=dict(width=1.5 if status == "pruned" else 0.5, color=COLORS[status] if status == "pruned"
-                                  else "white")),
+                        line=dict(width=1.5 if status == "pruned" else 0.5,
+                                  color=COLORS[status] if status == "pruned" else "white")),
             hovertext=[_hover(graph.nodes[n]) for n in nodes], hoverinfo="text",
             name=f"{STATUS_NAMES[status]} ({len(nodes)})",
         ))

@@ -22,7 +22,7 @@ CSS = """
   line-height: 1.55; min-height: 140px; max-height: 360px; overflow-y: auto; padding: 8px 10px;
   border: 1px solid #e2e8f0; border-radius: 8px; background: #fff; color: #0f172a; }
 .answer.empty { color: #94a3b8; font-style: italic; }
-.answer.small { min-height: 60px; max-height: 150px; font-size: 12px; }
+.small .answer { min-height: 48px; max-height: 150px; font-size: 12px; }
 .tok-draft { background: #dcfce7; border-radius: 3px; }
 .tok-target { background: #fef3c7; border-radius: 3px; }
 .step.cur { outline: 2px solid #f59e0b; border-radius: 3px; background: #fff7ed; }
@@ -73,7 +73,7 @@ def race_info(race: Race | None) -> str:
     sampling = any_trace.sampling
     mode = "greedy" if not sampling.get("temperature") else (
         f"sampling (temperature {sampling.get('temperature')}, top-p {sampling.get('top_p')}, seed {sampling.get('seed')})")
-    title = f"**{escape(race.title)}** · " if race.title else ""
+    title = f"<b>{escape(race.title)}</b> · " if race.title else ""
     parts = [f"{title}Prompt: “{escape(race.prompt[:300])}”",
              f"Model {escape(any_trace.model)} ({any_trace.precision}, {any_trace.device}), "
              f"head {escape(str(any_trace.head))}, {mode}."]
@@ -110,7 +110,7 @@ def step_view(race: Race | None, index: int, shade: bool = True, show: str = "sh
             continue
         finished = index >= len(trace.steps)
         texts.append(answer_html(trace, upto=step.index, current=step.index, shade=shade))
-        trees.append(tree_figure(step, trace, show=show, height=440))
+        trees.append(tree_figure(step, trace, show=show, height=560))
         prefix = (f"*{METHOD_LABELS[trace.method]} had already finished; its last step:* "
                   if finished else "")
         words.append(prefix + narrate(step, trace, race))
