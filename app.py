@@ -99,20 +99,15 @@ class Models:
             if self.target is None:
                 import torch
 
-                from ddd import load_head, load_target, new_head
+                from ddd import load_target, resolve_head
 
                 device = self.config.device or ("cuda" if torch.cuda.is_available() else "cpu")
                 dtype = self.config.dtype or ("float16" if device.startswith("cuda") else "float32")
                 target = load_target(self.config.model, dtype=dtype, device=device)
-                source = self.config.head_source()
-                if source is None:
-                    head = new_head(target)
-                    head.name = "random (untrained)"
-                    self.note = ("No trained draft head is loaded: the draft head is random, so the target accepts "
-                                 "almost none of its guesses (tau ≈ 1) and EAGLE-2 / DDD run slower than plain "
-                                 "decoding. Ship a trained head in assets/head or pass --head.")
-                else:
-                    head = load_head(source, target)
+                head, note = resolve_head(self.config.head, target)
+                if note:
+                    self.note = (note + " A random head drafts almost nothing the target accepts (tau ≈ 1), so "
+                                 "EAGLE-2 and DDD run slower than plain decoding here.")
                 self.target, self.head = target, head
         return self.target, self.head
 
@@ -142,7 +137,8 @@ class Session:
         self.race = race
         self.generation: Any = None
         self.stop_requested = False
-        self.busy = False
+        self.busy = False  # a race is decoding
+        self.replaying = False
         self.file_dir: str | None = None
 
     def request_stop(self) -> None:
@@ -220,6 +216,19 @@ def show_race(session: Session, shade: bool, mode: str, message: str = "", kind:
     )
 
 
+_EXAMPLE_CACHE: dict[tuple[str, float], Race] = {}
+
+
+def read_example(path: Path) -> Race:
+    """A shipped example, parsed once per file version (views never modify a race, so sessions share it)."""
+    key = (str(path), path.stat().st_mtime)
+    if key not in _EXAMPLE_CACHE:
+        if len(_EXAMPLE_CACHE) > 16:
+            _EXAMPLE_CACHE.clear()
+        _EXAMPLE_CACHE[key] = Race.load(path)
+    return _EXAMPLE_CACHE[key]
+
+
 def load_example(name: str | None, shade: bool, mode: str, session: Session) -> tuple:
     session = session or Session()
     files = example_files()
@@ -229,8 +238,8 @@ def load_example(name: str | None, shade: bool, mode: str, session: Session) -> 
     if path is None:
         return show_race(session, shade, mode, f"There is no example called {name!r}.", "error")
     try:
-        session.race = Race.load(path)
-    except RaceFileError as err:
+        session.race = read_example(path)
+    except (RaceFileError, OSError) as err:
         gr.Warning(str(err))
         return show_race(session, shade, mode, str(err), "error")
     return show_race(session, shade, mode)
@@ -283,9 +292,9 @@ def tick(playing: bool, index: float | None, session: Session):
 
 
 def request_stop(session: Session) -> str:
-    if session is not None and session.busy:
+    if session is not None and (session.busy or session.replaying):
         session.request_stop()
-        return "Stopping after the current step…"
+        return "Stopping after the current step…" if session.busy else "Replay stopped."
     return ""
 
 
@@ -398,8 +407,16 @@ def replay(shade: bool, speed: str, session: Session):
     if race is None:
         yield *[gr.skip()] * 6, _message("Nothing to replay yet: run or load a race first.", "error")
         return
+    session.stop_requested, session.replaying = False, True
+    try:
+        yield from _replay_frames(race, shade, float(str(speed).rstrip("×x") or 1), session)
+    finally:
+        session.replaying = False
     session.stop_requested = False
-    factor = float(str(speed).rstrip("×x") or 1)
+    yield *[gr.skip()] * 6, _message("", "note")
+
+
+def _replay_frames(race: Race, shade: bool, factor: float, session: Session):
     start = time.perf_counter()
     for t in frame_times(race, fps=8, speed=factor):
         delay = start + t / factor - time.perf_counter()
@@ -418,8 +435,6 @@ def replay(shade: bool, speed: str, session: Session):
             steps = trace.steps[:done] if trace else []
             counts.append(counters_html(method, steps, "finished" if finished else f"replay {t:.1f} s"))
         yield *columns, *counts, _message(f"Replay: {t:.1f} s of the race.", "note")
-    session.stop_requested = False
-    yield *[gr.skip()] * 6, _message("", "note")
 
 
 # ---------------------------------------------------------------------------------------------------
@@ -510,7 +525,9 @@ def build_demo() -> gr.Blocks:
                 ui["narration"] = gr.Markdown(elem_id="narration")
                 ui["depth"] = gr.Plot(label="Depth & confidence", elem_id="depth")
             with gr.Tab("Timeline & summary", id="timeline"):
-                ui["summary"] = gr.Dataframe(label="Summary", interactive=False, elem_id="summary", wrap=True)
+                ui["summary"] = gr.Dataframe(label="Summary", interactive=False, elem_id="summary",
+                                             column_widths=["9%", "7%", "7%", "8%", "10%", "6%", "9%", "9%", "9%",
+                                                            "9%", "9%", "8%"])
                 ui["timeline"] = gr.Plot(label="Timeline", elem_id="timeline")
             with gr.Tab("About", id="about"):
                 ui["about"] = gr.Markdown()

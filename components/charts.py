@@ -147,8 +147,11 @@ def timeline_figure(race: Race | None, height: int = 420) -> go.Figure:
     return figure(data, dict(
         height=height, barmode="stack", margin=dict(l=70, r=10, t=40, b=30), bargap=0.35, uirevision="timeline",
         legend=dict(orientation="h", y=1.12, x=1, xanchor="right", font=dict(size=10)), annotations=notes,
-        xaxis=dict(anchor="y", rangemode="tozero"), yaxis=dict(anchor="x", domain=[0.48, 1.0], autorange="reversed"),
-        xaxis2=dict(anchor="y2", rangemode="tozero"), yaxis2=dict(anchor="x2", domain=[0.0, 0.34], autorange="reversed"),
+        xaxis=dict(anchor="y", rangemode="tozero"),
+        yaxis=dict(anchor="x", domain=[0.48, 1.0], autorange="reversed", categoryorder="array", categoryarray=labels),
+        xaxis2=dict(anchor="y2", rangemode="tozero"),
+        yaxis2=dict(anchor="x2", domain=[0.0, 0.34], autorange="reversed", categoryorder="array",
+                    categoryarray=labels),
     ))
 
 

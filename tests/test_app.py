@@ -114,6 +114,24 @@ def test_step_through_controls(models):
     assert not playing  # stops at the last step
 
 
+def test_replay_plays_all_three_at_their_pace(models):
+    session = app.Session()
+    race_run("the cat sat", session)
+    frames = list(app.replay(True, "4×", session))
+    assert len(frames) >= 2 and all(len(f) == 7 for f in frames)
+    first, finished = frames[0], frames[-2]
+    assert "replay 0.0 s" in first[3]  # nothing done yet at t = 0
+    for column, counter in zip(finished[:3], finished[3:6]):
+        assert 'class="step' in column and "finished" in counter
+    assert not session.replaying
+    # Stop ends a replay too.
+    replay = app.replay(True, "0.5×", session)
+    next(replay)
+    assert app.request_stop(session) == "Replay stopped."
+    rest = list(replay)
+    assert len(rest) <= 2 and not session.replaying
+
+
 def test_examples_load_without_a_model(monkeypatch):
     models = app.Models(app.ModelConfig(model="no-such-model"))
     monkeypatch.setattr(app, "MODELS", models)
