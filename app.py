@@ -49,6 +49,15 @@ EXAMPLE_PROMPTS = [
     "Translate into French: The weather is lovely today and we are going to the beach.",
     "List three tips for staying focused while studying.",
 ]
+# The recorded examples shipped in assets/examples (python app.py --record-examples): file stem, title, prompt.
+EXAMPLE_RUNS = [
+    ("code", "Code: a palindrome check", "Write a Python function that checks whether a string is a palindrome."),
+    ("maths", "Maths: step by step", "What is 17 * 24? Explain step by step."),
+    ("story", "A short story", "Tell me a short story about a robot who learns to paint."),
+    ("translation", "Translation into French",
+     "Translate into French: The weather is lovely today and we are going to the beach."),
+    ("tips", "Advice: a short list", "List three tips for staying focused while studying."),
+]
 TREE_MODES = {"verified + expanded + best dropped": "shown", "verified only": "verified", "whole candidate pool": "all"}
 
 
@@ -567,6 +576,45 @@ def build_demo() -> gr.Blocks:
     return demo
 
 
+def record_race(prompt: str, title: str, max_new_tokens: int = 96, settings: dict | None = None) -> Race:
+    """Decode `prompt` with the three methods one after another and keep the traces (no UI involved)."""
+    from ddd import generate
+
+    target, head = MODELS.load()
+    settings = settings or method_settings_from(10, 6, 60, 11, "5,7,9", -0.3)
+    traces = {}
+    with MODELS.lock:
+        for method in RACE_METHODS:
+            run = generate(target, None if method == "plain" else head, prompt, method,
+                           max_new_tokens=max_new_tokens, **settings[method])
+            for _ in run:
+                pass
+            traces[method] = run.trace
+    return Race(traces=traces, title=title, note=MODELS.note)
+
+
+def depth_contrast(race: Race) -> tuple[int, int]:
+    """(steps where DDD drafted fewer levels than EAGLE-2, steps where it drafted more)."""
+    fixed = int(race.traces["eagle2"].settings.get("draft_calls", 0))
+    calls = [s.draft_calls for s in race.traces["ddd"].steps if not s.prefill]
+    return sum(c < fixed for c in calls), sum(c > fixed for c in calls)
+
+
+def record_examples(directory: Path = EXAMPLES_DIR, max_new_tokens: int = 96) -> list[Path]:
+    paths = []
+    for stem, title, prompt in EXAMPLE_RUNS:
+        race = record_race(prompt, title, max_new_tokens)
+        path = race.save(directory / f"{stem}.json", compact=True)
+        fewer, more = depth_contrast(race)
+        s = {m: race.summary(m) for m in RACE_METHODS}
+        print(f"{path.name}: tau EAGLE-2 {s['eagle2']['tau']:.2f} DDD {s['ddd']['tau']:.2f}; tokens/s plain "
+              f"{s['plain']['tokens_per_s']:.1f} EAGLE-2 {s['eagle2']['tokens_per_s']:.1f} DDD "
+              f"{s['ddd']['tokens_per_s']:.1f}; DDD shallower in {fewer} steps, deeper in {more}; "
+              f"{path.stat().st_size / 1e6:.1f} MB", flush=True)
+        paths.append(path)
+    return paths
+
+
 def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     parser = argparse.ArgumentParser(description="DDD Explorer: race plain decoding, EAGLE-2 and DDD.")
     parser.add_argument("--model", default=os.environ.get("DDD_MODEL"),
@@ -577,12 +625,17 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     parser.add_argument("--dtype", default=os.environ.get("DDD_DTYPE"), help="float32, bfloat16 or float16")
     parser.add_argument("--host", default=os.environ.get("GRADIO_SERVER_NAME", "127.0.0.1"))
     parser.add_argument("--port", type=int, default=int(os.environ.get("GRADIO_SERVER_PORT", "7860")))
+    parser.add_argument("--record-examples", action="store_true",
+                        help="record the example races into assets/examples (or DDD_EXAMPLES) and exit")
     return parser.parse_args(argv)
 
 
 def main(argv: list[str] | None = None) -> None:
     args = parse_args(argv)
     MODELS.config = ModelConfig(args.model or None, args.head or None, args.device, args.dtype)
+    if args.record_examples:
+        record_examples()
+        return
     demo = build_demo()
     demo.launch(server_name=args.host, server_port=args.port, css=CSS,
                 theme=gr.themes.Soft(primary_hue="violet", secondary_hue="blue"))
