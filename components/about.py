@@ -40,8 +40,8 @@ but also the draft time; DDD tries to draft deep only where it pays.
 
 REFERENCES = """
 ### References
-- Oscar Brown, Zhengjie Wang, Andrea Do, Nikhil Mathew, Cheng Yu. *Dynamic Depth Decoding: Faster Speculative
-  Decoding for LLMs.* arXiv:2409.00142 (2024). <https://arxiv.org/abs/2409.00142>
+- *Dynamic Depth Decoding: Faster Speculative Decoding for LLMs.* arXiv:2409.00142 (2024).
+  <https://arxiv.org/abs/2409.00142>
 - Yuhui Li, Fangyun Wei, Chao Zhang, Hongyang Zhang. *EAGLE-2: Faster Inference of Language Models with
   Dynamic Draft Trees.* arXiv:2406.16858 (2024). <https://arxiv.org/abs/2406.16858>
 - Yuhui Li, Fangyun Wei, Chao Zhang, Hongyang Zhang. *EAGLE: Speculative Sampling Requires Rethinking Feature
