@@ -33,30 +33,51 @@ def next_token(logits: torch.Tensor, sampling: Sampling, generator: torch.Genera
     return int(torch.multinomial(probabilities(logits, sampling), 1, generator=generator))
 
 
+class TreeLogits:
+    """Target logits of tree nodes, computed on demand: acceptance only reads the nodes it walks through,
+    and on a CPU the full-vocabulary LM head over every node of a large tree costs a good share of a forward."""
+
+    def __init__(self, hidden: torch.Tensor, lm_head: torch.nn.Module):
+        self.hidden, self.lm_head = hidden, lm_head
+        self._rows: dict[int, torch.Tensor] = {}
+
+    def rows(self, nodes: list[int]) -> torch.Tensor:
+        todo = [i for i in nodes if i not in self._rows]
+        if todo:
+            for i, row in zip(todo, self.lm_head(self.hidden[todo])):
+                self._rows[i] = row
+        return torch.stack([self._rows[i] for i in nodes])
+
+
 @dataclass
 class Acceptance:
     path: list[int]  # tree indices from the root (the root included)
     bonus: int  # the token the target adds after the last accepted node
 
 
-def accept_greedy(tree: DraftTree, logits: torch.Tensor) -> Acceptance:
+def accept_greedy(tree: DraftTree, logits: TreeLogits) -> Acceptance:
     """A node is accepted when it and all its ancestors equal the target's argmax at their parents.
 
     Siblings are distinct tokens, so the accepted nodes form one chain; its deepest node ends the path.
+    Only nodes with children need the target's argmax, plus the last accepted node for the bonus.
     """
-    best = logits.argmax(dim=-1)
+    parents = tree.parents.tolist()
+    internal = sorted(set(parents) - {-1})
+    best = torch.full_like(tree.tokens, -1)
+    if internal:
+        best[internal] = logits.rows(internal).argmax(dim=-1)
     ok = tree.tokens == best[tree.parents.clamp(min=0)]
     ok[0] = True
     accepted = ~(tree.ancestor_mask() & ~ok[None, :]).any(dim=1)
     last = int(torch.where(accepted, tree.depths, -1).argmax())
     path = [last]
-    parents = tree.parents.tolist()
     while parents[path[-1]] >= 0:
         path.append(parents[path[-1]])
-    return Acceptance(path[::-1], int(best[last]))
+    bonus = int(best[last]) if last in internal else int(logits.rows([last])[0].argmax())
+    return Acceptance(path[::-1], bonus)
 
 
-def accept_sampled(tree: DraftTree, logits: torch.Tensor, sampling: Sampling, generator: torch.Generator,
+def accept_sampled(tree: DraftTree, logits: TreeLogits, sampling: Sampling, generator: torch.Generator,
                    ranks: torch.Tensor) -> Acceptance:
     """Walk down from the root. At each node try its children in draft-rank order: accept child x with
     probability p(x) under what is left of the target distribution p; on rejection zero p(x) and renormalise.
@@ -71,7 +92,7 @@ def accept_sampled(tree: DraftTree, logits: torch.Tensor, sampling: Sampling, ge
             children.setdefault(parent, []).append(i)
     node, path = 0, [0]
     while True:
-        p = probabilities(logits[node], sampling)
+        p = probabilities(logits.rows([node])[0], sampling)
         for child in sorted(children.get(node, []), key=lambda c: order[c]):
             token = tokens[child]
             mass = p.sum()

@@ -13,7 +13,7 @@ from typing import Any
 import torch
 from transformers import DynamicCache
 
-from .acceptance import Acceptance, accept_greedy, accept_sampled, next_token
+from .acceptance import Acceptance, TreeLogits, accept_greedy, accept_sampled, next_token
 from .drafting import Draft, Drafter, DynamicTreeDrafter, HeadRunner, StaticTreeDrafter
 from .head import EagleHead
 from .models import Target
@@ -165,9 +165,9 @@ class Generation:
                     draft = Draft(pool, DraftTree.from_pool(pool, torch.zeros(1, dtype=torch.long, device=device)),
                                   torch.zeros(0, dtype=torch.long))
                 drafted = self._sync()
-                hidden, logits = self._verify(cache, draft.tree, past)
+                hidden = self._verify(cache, draft.tree, past)
+                acceptance = self._accept(draft, TreeLogits(hidden, model.lm_head), generator)
                 verified = self._sync()
-                acceptance = self._accept(draft, logits, generator)
                 path = torch.tensor(acceptance.path, device=device)
                 _keep_cache(cache, past, path)
                 accepted_tokens = draft.tree.tokens[path[1:]].tolist()
@@ -188,7 +188,7 @@ class Generation:
                 return
             index += 1
 
-    def _verify(self, cache: DynamicCache, tree: DraftTree, past: int) -> tuple[torch.Tensor, torch.Tensor]:
+    def _verify(self, cache: DynamicCache, tree: DraftTree, past: int) -> torch.Tensor:
         """One target forward over the whole tree: each node sees the prefix, its ancestors and itself."""
         model = self.target.model
         n = len(tree)
@@ -197,9 +197,9 @@ class Generation:
         mask = torch.zeros(visible.shape, dtype=dtype, device=visible.device).masked_fill_(~visible, torch.finfo(dtype).min)
         hidden = model.model(input_ids=tree.tokens[None], attention_mask=mask[None, None],
                              position_ids=(past + tree.depths)[None], cache=cache, use_cache=True).last_hidden_state[0]
-        return hidden, model.lm_head(hidden)
+        return hidden
 
-    def _accept(self, draft: Draft, logits: torch.Tensor, generator: torch.Generator) -> Acceptance:
+    def _accept(self, draft: Draft, logits: TreeLogits, generator: torch.Generator) -> Acceptance:
         if self.sampling.greedy:
             return accept_greedy(draft.tree, logits)
         return accept_sampled(draft.tree, logits, self.sampling, generator, draft.pool["ranks"][draft.tree.pool_index])
