@@ -148,6 +148,7 @@ class Session:
         self.stop_requested = False
         self.busy = False  # a race is decoding
         self.replaying = False
+        self.fresh = False  # a race just finished and has not been replayed yet
         self.file_dir: str | None = None
 
     def request_stop(self) -> None:
@@ -405,6 +406,7 @@ def _race(prompt, max_new_tokens, temperature, top_p, seed, e_top_k, e_calls, e_
             yield _live(columns, counts, f"{label} done.", session)
     traces = {m: runs[m].trace for m in RACE_METHODS if runs[m].trace.steps}
     session.race = Race(traces=traces, title=prompt[:60], note=note)
+    session.fresh = not session.stop_requested and len(traces) == len(RACE_METHODS)
     stopped = "Stopped. " if session.stop_requested else ""
     message = stopped + (note or "")
     yield show_race(session, shade, mode, message, "note")
@@ -425,6 +427,14 @@ def replay(shade: bool, speed: str, session: Session):
     yield *[gr.skip()] * 6, _message("", "note")
 
 
+def replay_finished_race(shade: bool, speed: str, session: Session):
+    """After a complete race, replay it once: the three ran one after another, this shows them side by side."""
+    if session is None or not session.fresh:
+        return
+    session.fresh = False
+    yield from replay(shade, speed, session)
+
+
 def _replay_frames(race: Race, shade: bool, factor: float, session: Session):
     start = time.perf_counter()
     for t in frame_times(race, fps=8, speed=factor):
@@ -442,7 +452,9 @@ def _replay_frames(race: Race, shade: bool, factor: float, session: Session):
                                        placeholder="" if trace else "(no run)") if done else answer_html(
                 None, placeholder="…"))
             steps = trace.steps[:done] if trace else []
-            counts.append(counters_html(method, steps, "finished" if finished else f"replay {t:.1f} s"))
+            status = f"finished: {trace.stop_reason}" if finished and trace.stop_reason else (
+                "finished" if finished else f"replay {t:.1f} s")
+            counts.append(counters_html(method, steps, status))
         yield *columns, *counts, _message(f"Replay: {t:.1f} s of the race.", "note")
 
 
@@ -564,10 +576,13 @@ def build_demo() -> gr.Blocks:
         run_inputs = [ui["prompt"], *[ui[n] for n in SETTINGS_NAMES], *view_inputs]
         running = ui["run"].click(run_race, run_inputs, race_outputs, api_name="run", concurrency_id="model",
                                   concurrency_limit=1)
-        ui["prompt"].submit(run_race, run_inputs, race_outputs, api_name=False, concurrency_id="model",
-                            concurrency_limit=1)
+        submitted = ui["prompt"].submit(run_race, run_inputs, race_outputs, api_name=False, concurrency_id="model",
+                                        concurrency_limit=1)
         running.then(lambda: MODELS.describe(), None, ui["model_info"], api_name=False)
         replay_outputs = [ui[n] for n in RACE_OUTPUT_NAMES[:6]] + [ui["message"]]
+        for event in (running, submitted):
+            event.then(replay_finished_race, [ui["shade"], ui["speed"], ui["session"]], replay_outputs, api_name=False,
+                       concurrency_limit=None)
         ui["replay"].click(replay, [ui["shade"], ui["speed"], ui["session"]], replay_outputs, api_name="replay",
                            concurrency_limit=None)
         ui["stop"].click(request_stop, [ui["session"]], ui["message"], api_name="stop", concurrency_limit=None,

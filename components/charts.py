@@ -44,9 +44,9 @@ def depth_figure(race: Race | None, current: int | None = None, height: int = 56
                       width=2 if method == "ddd" else 3),
             marker=dict(size=6), hovertemplate=f"{label} step %{{x}}: %{{y}} draft calls<extra></extra>"))
         data.append(dict(
-            type="bar", meta=f"{method}-tokens", x=[s.index for s in steps], y=[len(s.token_ids) for s in steps],
-            name=f"{label} tokens", marker=dict(color=METHOD_COLORS[method]), opacity=0.75, legendgroup=method,
-            xaxis="x3", yaxis="y3", hovertemplate=f"{label} step %{{x}}: %{{y}} tokens<extra></extra>"))
+            type="bar", meta=f"{method}-accepted", x=[s.index for s in steps], y=[s.accepted for s in steps],
+            name=f"{label} accepted", marker=dict(color=METHOD_COLORS[method]), opacity=0.75, legendgroup=method,
+            xaxis="x3", yaxis="y3", hovertemplate=f"{label} step %{{x}}: %{{y}} draft tokens accepted<extra></extra>"))
     steps = _decode_steps(ddd)
     if steps:
         limit = max(s.max_draft_calls for s in steps)
@@ -80,7 +80,7 @@ def depth_figure(race: Race | None, current: int | None = None, height: int = 56
         shapes.append(dict(type="line", name="current", xref="x", yref="paper", x0=current, x1=current, y0=0, y1=1,
                            line=dict(color="#f59e0b", width=2)))
     titles = ("draft calls per step (tree depth)", "DDD confidence H at each check",
-              "tokens emitted per step (accepted + bonus)")
+              "draft tokens accepted per step (each step also adds one bonus token)")
     for (suffix, (low, high)), text in zip(domains.items(), titles):
         notes.append(dict(text=text, xref="paper", yref="paper", x=0, y=high, xanchor="left", yanchor="bottom",
                           showarrow=False, font=dict(size=12)))
@@ -88,7 +88,7 @@ def depth_figure(race: Race | None, current: int | None = None, height: int = 56
         height=height, barmode="group", margin=dict(l=50, r=10, t=60, b=40), hovermode="closest",
         legend=dict(orientation="h", y=-0.1, x=0, font=dict(size=10)), shapes=shapes, annotations=notes,
         uirevision="depth")
-    axis_titles = {"": "calls", "2": "H", "3": "tokens"}
+    axis_titles = {"": "calls", "2": "H", "3": "accepted"}
     for suffix, (low, high) in domains.items():
         axis: dict[str, Any] = dict(anchor=f"y{suffix}", showticklabels=suffix == "3")
         if suffix:

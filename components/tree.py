@@ -110,18 +110,19 @@ def _hover(data: dict[str, Any]) -> str:
             + ("<br>expanded by a draft call" if data["in_beam"] else ""))
 
 
-def tree_figure(step: Step | None, trace: RunTrace | None = None, *, show: str = "shown", height: int = 480,
+def tree_figure(step: Step | None, trace: RunTrace | None = None, *, show: str = "shown", height: int | None = None,
                 title: str | None = None) -> go.Figure:
     """The draft tree of one step: levels left to right in bands, coloured by what became of each node."""
     method = METHOD_LABELS.get(trace.method, trace.method) if trace is not None else "Draft"
+    fixed = height or 480
     if step is None:
-        return message_figure(title or f"{method} draft tree", "No step to show yet.", height)
+        return message_figure(title or f"{method} draft tree", "No step to show yet.", fixed)
     head = title or f"{method} · step {step.index}"
     if step.prefill:
         return message_figure(head, "Prefill: the target read the prompt and produced the first token.<br>"
-                               "No draft tree in this step.", height)
+                               "No draft tree in this step.", fixed)
     if not step.pool:
-        return message_figure(head, "This step was not recorded with its draft tree.", height)
+        return message_figure(head, "This step was not recorded with its draft tree.", fixed)
     top_k = int((trace.settings.get("top_k") if trace is not None else None) or 10)
     graph = build_graph(step, top_k, show)
     pos = layout(graph)
@@ -162,6 +163,8 @@ def tree_figure(step: Step | None, trace: RunTrace | None = None, *, show: str =
     per_level: dict[float, int] = {}
     for x, _ in pos.values():
         per_level[x] = per_level.get(x, 0) + 1
+    if height is None:  # tall enough for the fullest level, within reason
+        height = int(min(max(14 * max(per_level.values()) + 150, 440), 900))
     for status in ("pruned", "rejected", "root", "accepted", "bonus"):
         nodes = [n for n, s in graph.nodes(data="status") if s == status]
         if not nodes:

@@ -110,7 +110,7 @@ def step_view(race: Race | None, index: int, shade: bool = True, show: str = "sh
             continue
         finished = index >= len(trace.steps)
         texts.append(answer_html(trace, upto=step.index, current=step.index, shade=shade))
-        trees.append(tree_figure(step, trace, show=show, height=560))
+        trees.append(tree_figure(step, trace, show=show))
         prefix = (f"*{METHOD_LABELS[trace.method]} had already finished; its last step:* "
                   if finished else "")
         words.append(prefix + narrate(step, trace, race))

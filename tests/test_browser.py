@@ -169,10 +169,13 @@ def test_example_step_through_and_race(app_server, browser):
     browser.js("document.querySelector('#run').click()")
     info = "(document.querySelector('.race-info')?.innerText || '')"
     browser.wait_for(f"{info}.includes('the cat sat')", 180, "the race to finish")
+    # Then the race replays by itself, all three together, and ends on the full answers.
+    browser.wait_for(" && ".join(f"{text_of('cnt-' + m)}.includes('finished')" for m in ("plain", "eagle2", "ddd")),
+                     120, "the replay to finish")
     browser.wait_for(f"{plotly_traces('tree-ddd')} > 0", 60, "the DDD tree after the run")
     for method in ("plain", "eagle2", "ddd"):
         text = browser.js(text_of(f"ans-{method}")).strip()
         assert text and "waiting" not in text and "no run yet" not in text, (method, text)
-    assert "done" in browser.js(text_of("cnt-ddd"))
+    assert "max_new_tokens" in browser.js(text_of("cnt-ddd"))
     shot = browser.screenshot(OUT / "screenshot.png")
     assert shot.stat().st_size > 10_000

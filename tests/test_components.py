@@ -220,7 +220,8 @@ def test_depth_figure_depths_checks_threshold_and_cursor():
     assert list(by_meta(fig, "stop")[0].y) == [-0.9]
     assert list(by_meta(fig, "go-on")[0].y) == [-0.1, -0.2]
     assert set(by_meta(fig, "threshold")[0].y) == {-0.3}
-    assert list(by_meta(fig, "ddd-tokens")[0].y) == [3, 3]
+    assert list(by_meta(fig, "ddd-accepted")[0].y) == [2, 2]
+    assert list(by_meta(fig, "eagle2-accepted")[0].y) == [2, 0]
     cursor = [s for s in fig.layout.shapes if s.name == "current"]
     assert len(cursor) == 1 and cursor[0].x0 == 2
     assert "Run or load" in depth_figure(None).layout.annotations[0].text
