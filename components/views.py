@@ -28,7 +28,8 @@ CSS = """
 .step.cur { outline: 2px solid #f59e0b; border-radius: 3px; background: #fff7ed; }
 .cursor { color: #9333ea; animation: blink 1s steps(1) infinite; }
 @keyframes blink { 50% { opacity: 0; } }
-.counters { display: flex; flex-wrap: wrap; gap: 4px; align-items: center; font-size: 12px; margin-bottom: 4px; }
+.counters { display: flex; flex-wrap: wrap; gap: 4px; align-items: center; font-size: 12px; margin-bottom: 4px;
+  min-height: 46px; align-content: flex-start; }
 .counters b { margin-right: 6px; font-size: 14px; }
 .badge { background: #f1f5f9; border-radius: 10px; padding: 1px 8px; white-space: nowrap; }
 .badge .k { color: #64748b; }
