@@ -42,7 +42,6 @@ PEER_SETTINGS: dict[str, dict[str, int]] = {
     "hf_generate": {},
     "prompt_lookup": {"num_tokens": 10, "max_ngram": 2},
 }
-DEFAULT_HEAD = Path(__file__).resolve().parent.parent / "assets" / "head"
 WARMUP_TOKENS = 8
 SCHEMA = 1
 
@@ -93,7 +92,7 @@ def build_parser() -> argparse.ArgumentParser:
     parser.add_argument("--seed", type=int, default=0, help="sampling seed (temperature > 0)")
     parser.add_argument("--model", default=None, help="target: the default SmolLM2-135M-Instruct, a local dir or hub id")
     parser.add_argument("--head", default=None,
-                        help=f"draft head folder, or 'random' for an untrained head (default: {DEFAULT_HEAD} if present)")
+                        help="draft head folder, or 'random' for an untrained head (default: the shipped head, for the default model)")
     parser.add_argument("--dtype", default="float32", choices=("float32", "bfloat16", "float16"))
     parser.add_argument("--device", default="cpu", help="cpu, cuda, cuda:1, ...")
     parser.add_argument("--threads", type=_positive_int, default=None, help="torch CPU threads (default: torch's)")
@@ -371,7 +370,7 @@ def machine_info(target) -> dict[str, Any]:
 
 
 def load_models(args, specs: list[RunSpec]):
-    from .head import HeadLoadError, load_head, new_head
+    from .head import SHIPPED_HEAD, HeadLoadError, resolve_head
     from .models import ModelLoadError, load_target
     from .settings import SettingsError, method_settings
 
@@ -381,13 +380,14 @@ def load_models(args, specs: list[RunSpec]):
         raise BenchError(str(err)) from None
     head = None
     if any(s.method in HEAD_METHODS for s in specs):
-        choice = args.head or (str(DEFAULT_HEAD) if (DEFAULT_HEAD / "config.json").exists() else None)
+        shipped = args.model is None and (SHIPPED_HEAD / "config.json").exists()
+        choice = args.head or (str(SHIPPED_HEAD) if shipped else None)
         if choice is None:
             raise BenchError("eagle, eagle2 and ddd need a draft head: pass --head DIR (a trained head, e.g. from "
                              "`python -m ddd.train`) or --head random (an untrained one: it measures overheads, "
                              "not real speedups), or leave those methods out of --methods.")
         try:
-            head = new_head(target) if choice == "random" else load_head(choice, target)
+            head, _ = resolve_head(choice, target)
         except (HeadLoadError, OSError, ValueError) as err:
             raise BenchError(str(err) if isinstance(err, HeadLoadError) else
                              f"Cannot load the draft head {choice}: {err}") from None

@@ -36,10 +36,6 @@ def counts_from_steps(steps: Sequence[Step]) -> dict[str, float]:
     """Counts of one engine run from its steps (the same definitions as `ddd.trace.summarize`)."""
     decode = [s for s in steps if not s.prefill]
     speculative = [s for s in decode if s.draft_calls]
-    # A step that verified no tree (plain decoding) drafted nothing: all of its forward time is the target's,
-    # whichever of its timers the engine put it in.
-    plain = [s for s in decode if not s.verified and not s.draft_calls]
-    moved = sum(s.draft_ms for s in plain)
     return {
         "new_tokens": sum(len(s.token_ids) for s in steps),
         "decode_tokens": sum(len(s.token_ids) for s in decode),
@@ -50,8 +46,8 @@ def counts_from_steps(steps: Sequence[Step]) -> dict[str, float]:
         "draft_calls": sum(s.draft_calls for s in speculative),
         "speculative_steps": len(speculative),
         "prefill_ms": sum(s.ms for s in steps if s.prefill),
-        "draft_ms": sum(s.draft_ms for s in decode) - moved,
-        "verify_ms": sum(s.verify_ms for s in decode) + moved,
+        "draft_ms": sum(s.draft_ms for s in decode),
+        "verify_ms": sum(s.verify_ms for s in decode),
         "other_ms": sum(s.other_ms for s in decode),
         "total_ms": sum(s.ms for s in steps),
     }
