@@ -149,6 +149,7 @@ class Session:
         self.busy = False  # a race is decoding
         self.replaying = False
         self.fresh = False  # a race just finished and has not been replayed yet
+        self.source: str | None = None  # the shipped example file the race came from, if it did
         self.file_dir: str | None = None
 
     def request_stop(self) -> None:
@@ -160,6 +161,8 @@ class Session:
         """The race as a JSON file in this session's own temporary folder (replaced on each export)."""
         if self.race is None:
             return None
+        if self.source:  # a shipped example: offer its own file
+            return self.source
         if self.file_dir is None:
             self.file_dir = tempfile.mkdtemp(prefix="ddd-race-")
         for old in Path(self.file_dir).glob("*.json"):
@@ -189,13 +192,24 @@ def example_files() -> dict[str, Path]:
     out: dict[str, Path] = {}
     for path in sorted(EXAMPLES_DIR.glob("*.json")):
         try:
-            import json
-
-            title = json.loads(path.read_text(encoding="utf-8")).get("title") or path.stem
-        except (OSError, ValueError):
+            title = read_example(path).title or path.stem
+        except (OSError, RaceFileError):
             title = path.stem
         out[str(title)] = path
     return out
+
+
+_EXAMPLE_CACHE: dict[tuple[str, float], Race] = {}
+
+
+def read_example(path: Path) -> Race:
+    """A shipped example, parsed once per file version (views never modify a race, so sessions share it)."""
+    key = (str(path), path.stat().st_mtime)
+    if key not in _EXAMPLE_CACHE:
+        if len(_EXAMPLE_CACHE) > 32:
+            _EXAMPLE_CACHE.clear()
+        _EXAMPLE_CACHE[key] = Race.load(path)
+    return _EXAMPLE_CACHE[key]
 
 
 # ---------------------------------------------------------------------------------------------------
@@ -226,19 +240,6 @@ def show_race(session: Session, shade: bool, mode: str, message: str = "", kind:
     )
 
 
-_EXAMPLE_CACHE: dict[tuple[str, float], Race] = {}
-
-
-def read_example(path: Path) -> Race:
-    """A shipped example, parsed once per file version (views never modify a race, so sessions share it)."""
-    key = (str(path), path.stat().st_mtime)
-    if key not in _EXAMPLE_CACHE:
-        if len(_EXAMPLE_CACHE) > 16:
-            _EXAMPLE_CACHE.clear()
-        _EXAMPLE_CACHE[key] = Race.load(path)
-    return _EXAMPLE_CACHE[key]
-
-
 def load_example(name: str | None, shade: bool, mode: str, session: Session) -> tuple:
     session = session or Session()
     files = example_files()
@@ -248,7 +249,7 @@ def load_example(name: str | None, shade: bool, mode: str, session: Session) -> 
     if path is None:
         return show_race(session, shade, mode, f"There is no example called {name!r}.", "error")
     try:
-        session.race = read_example(path)
+        session.race, session.source = read_example(path), str(path)
     except (RaceFileError, OSError) as err:
         gr.Warning(str(err))
         return show_race(session, shade, mode, str(err), "error")
@@ -260,7 +261,7 @@ def load_file(file: str | None, shade: bool, mode: str, session: Session) -> tup
     if not file:
         return show_race(session, shade, mode)
     try:
-        session.race = Race.load(file)
+        session.race, session.source = Race.load(file), None
     except RaceFileError as err:
         gr.Warning(str(err))
         return show_race(session, shade, mode, f"Could not load that file: {err}", "error")
@@ -405,7 +406,7 @@ def _race(prompt, max_new_tokens, temperature, top_p, seed, e_top_k, e_calls, e_
             counts[position] = counters_html(method, steps, f"done: {run.trace.stop_reason}")
             yield _live(columns, counts, f"{label} done.", session)
     traces = {m: runs[m].trace for m in RACE_METHODS if runs[m].trace.steps}
-    session.race = Race(traces=traces, title=prompt[:60], note=note)
+    session.race, session.source = Race(traces=traces, title=prompt[:60], note=note), None
     session.fresh = not session.stop_requested and len(traces) == len(RACE_METHODS)
     stopped = "Stopped. " if session.stop_requested else ""
     message = stopped + (note or "")
@@ -652,7 +653,7 @@ def main(argv: list[str] | None = None) -> None:
         record_examples()
         return
     demo = build_demo()
-    demo.launch(server_name=args.host, server_port=args.port, css=CSS,
+    demo.launch(server_name=args.host, server_port=args.port, css=CSS, allowed_paths=[str(EXAMPLES_DIR)],
                 theme=gr.themes.Soft(primary_hue="violet", secondary_hue="blue"))
 
 
