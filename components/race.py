@@ -17,6 +17,7 @@ from ddd.trace import SCHEMA_VERSION, RunTrace, TraceFileError, summarize
 RACE_FORMAT = "ddd-explorer-race"
 RACE_VERSION = 1
 RACE_METHODS = ("plain", "eagle2", "ddd")
+DROPPED_SHOWN = 5  # the tree view shows at most this many of each level's best candidates the rerank dropped
 METHOD_LABELS = {"plain": "Plain", "eagle": "EAGLE", "eagle2": "EAGLE-2", "ddd": "DDD"}
 
 
@@ -175,7 +176,7 @@ def _compact_trace(data: dict[str, Any]) -> dict[str, Any]:
         pool = step.get("pool") or []
         if not pool:
             continue
-        keep = shown_nodes(pool, top_k)
+        keep = shown_nodes(pool, min(top_k, DROPPED_SHOWN))
         # Indices stay the pool's own: parent links and accepted_path keep pointing at the same nodes.
         step["pool"] = [n for n in pool if n["index"] in keep]
     return _round(data)

@@ -10,7 +10,7 @@ import plotly.graph_objects as go
 from ddd.trace import RunTrace, Step
 
 from .plotting import figure, message_figure
-from .race import METHOD_LABELS, shown_nodes
+from .race import DROPPED_SHOWN, METHOD_LABELS, shown_nodes
 from .tokens import escape, visible
 
 BONUS = "bonus"
@@ -38,7 +38,7 @@ def build_graph(step: Step, top_k: int = 10, show: str = "shown") -> nx.DiGraph:
     """The draft tree of `step`: nodes keyed by pool index (plus "bonus"), edges parent -> child.
 
     show: "verified" (root and the nodes the target checked), "shown" (those, plus expanded nodes and the
-    best `top_k` dropped candidates of each level) or "all" (the whole candidate pool)."""
+    best min(top_k, DROPPED_SHOWN) dropped candidates of each level) or "all" (the whole candidate pool)."""
     graph = nx.DiGraph(step=step.index, draft_calls=step.draft_calls, max_draft_calls=step.max_draft_calls)
     pool = step.pool
     if not pool:
@@ -48,7 +48,7 @@ def build_graph(step: Step, top_k: int = 10, show: str = "shown") -> nx.DiGraph:
     elif show == "verified":
         keep = {n.index for n in pool if n.status != "pruned"}
     else:
-        keep = shown_nodes(pool, top_k)
+        keep = shown_nodes(pool, min(top_k, DROPPED_SHOWN))
     on_path = set(step.accepted_path)
     for node in pool:
         if node.index not in keep:
