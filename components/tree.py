@@ -174,7 +174,7 @@ def tree_figure(step: Step | None, trace: RunTrace | None = None, *, show: str =
                   for n in nodes]
         traces.append(dict(
             type="scatter", meta=status, x=[pos[n][0] for n in nodes], y=[pos[n][1] for n in nodes],
-            mode="markers+text", text=labels, textposition="middle right",
+            mode="markers+text", text=labels, textposition="middle left" if status == "root" else "middle right",
             textfont=dict(size=12 if always else 10, color="#0f172a" if status != "pruned" else "#64748b"),
             marker=dict(color=COLORS[status], size=15 if status == "bonus" else 12 if always else 8,
                         symbol="star" if status == "bonus" else "circle-open" if status == "pruned" else "circle",
@@ -194,7 +194,7 @@ def tree_figure(step: Step | None, trace: RunTrace | None = None, *, show: str =
         height=height, shapes=shapes, annotations=notes,
         margin=dict(l=10, r=10, t=50, b=40), hovermode="closest",
         legend=dict(orientation="h", y=-0.08, x=0, font=dict(size=10)),
-        xaxis=dict(range=[-0.5, last], tickmode="array", tickvals=list(range(0, int(last) + 1)),
+        xaxis=dict(range=[-1.0, last], tickmode="array", tickvals=list(range(0, int(last) + 1)),
                    ticktext=["root"] + [str(i) for i in range(1, int(last) + 1)], title=None, showgrid=False,
                    zeroline=False),
         yaxis=dict(visible=False, range=[-1.08, 1.08]),

@@ -29,7 +29,7 @@ CSS = """
 .cursor { color: #9333ea; animation: blink 1s steps(1) infinite; }
 @keyframes blink { 50% { opacity: 0; } }
 .counters { display: flex; flex-wrap: wrap; gap: 4px; align-items: center; font-size: 12px; margin-bottom: 4px;
-  min-height: 46px; align-content: flex-start; }
+  min-height: 68px; align-content: flex-start; }
 .counters b { margin-right: 6px; font-size: 14px; }
 .badge { background: #f1f5f9; border-radius: 10px; padding: 1px 8px; white-space: nowrap; }
 .badge .k { color: #64748b; }
@@ -70,7 +70,8 @@ def column_views(race: Race | None, shade: bool = True) -> list[str]:
 def race_info(race: Race | None) -> str:
     if race is None:
         return "No run loaded yet."
-    any_trace = next(iter(race.traces.values()))
+    any_trace = next((race.traces[m] for m in ("ddd", "eagle2") if m in race.traces),
+                     next(iter(race.traces.values())))
     sampling = any_trace.sampling
     mode = "greedy" if not sampling.get("temperature") else (
         f"sampling (temperature {sampling.get('temperature')}, top-p {sampling.get('top_p')}, seed {sampling.get('seed')})")

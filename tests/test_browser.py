@@ -162,6 +162,9 @@ def test_example_step_through_and_race(app_server, browser):
                      30, "the narration of step 2")
     assert browser.js(f"{plotly_traces('tree-eagle2')}") > 0
     assert browser.js(f"{plotly_traces('depth')}") > 0
+    browser.screenshot(OUT / "example.png")
+    browser.send("Emulation.setDeviceMetricsOverride", {"width": 1440, "height": 1000, "deviceScaleFactor": 1,
+                                                        "mobile": False})
     # A short race on the tiny model.
     browser.js("""(() => { const t = document.querySelector('#prompt textarea');
         t.value = 'the cat sat'; t.dispatchEvent(new Event('input', {bubbles: true})); })()""")
