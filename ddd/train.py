@@ -341,13 +341,30 @@ def _answer_tokens(samples: list[dict]) -> torch.Tensor:
     return torch.cat(parts) if parts else torch.zeros(0, dtype=torch.long)
 
 
-def token_ranking(samples: list[dict], vocab_size: int) -> torch.Tensor:
-    """Target ids by frequency in the answers (prompt frequency breaks ties, then the id)."""
-    answers = torch.bincount(_answer_tokens(samples), minlength=vocab_size)[:vocab_size].double()
-    prompts = torch.bincount(torch.cat([s["ids"][: s["prompt_len"]].long() for s in samples]),
-                             minlength=vocab_size)[:vocab_size].double()
-    score = answers * (prompts.max() + 1) + prompts
+def token_ranking(samples: list[dict], vocab_size: int, extra: torch.Tensor | None = None,
+                  extra_weight: float = 0.1) -> torch.Tensor:
+    """Target ids, most useful first: answer-token counts + extra_weight x `extra` counts (e.g. the
+    tokens of the training prompts, which tell which rarer words the domain uses); ties go to lower ids
+    (a byte-pair vocabulary lists its more frequent merges first)."""
+    score = torch.bincount(_answer_tokens(samples), minlength=vocab_size)[:vocab_size].double()
+    if extra is not None and extra_weight > 0:
+        score = score + extra_weight * extra[:vocab_size].double()
     return torch.sort(score, descending=True, stable=True).indices
+
+
+def prompt_token_counts(path: str | Path, tokenizer, vocab_size: int, exclude: set[str]) -> torch.Tensor | None:
+    """Token counts over the prompts of a prompt file (rows whose id is in `exclude` left out)."""
+    try:
+        rows = read_prompts(path)
+    except TrainError:
+        return None
+    counts = torch.zeros(vocab_size, dtype=torch.float64)
+    for row in rows:
+        if row["id"] in exclude:
+            continue
+        ids = torch.tensor(tokenizer.encode(row["prompt"], add_special_tokens=False), dtype=torch.long)
+        counts += torch.bincount(ids[ids < vocab_size], minlength=vocab_size).double()
+    return counts
 
 
 def coverage(ranking: torch.Tensor, samples: list[dict], sizes=COVERAGE_SIZES) -> dict[int, float]:
@@ -548,9 +565,12 @@ def cmd_fit(args) -> int:
     tokens = _answer_tokens(train).numel()
     print(f"{len(samples)} samples: {len(train)} for training ({tokens} answer tokens), {len(held)} held out.", flush=True)
 
-    ranking = token_ranking(train, target.vocab_size)
+    extra = None
+    if args.vocab_prompt_weight > 0:
+        extra = prompt_token_counts(meta.get("prompts", ""), target.tokenizer, target.vocab_size, {s["id"] for s in held})
+    ranking = token_ranking(train, target.vocab_size, extra, args.vocab_prompt_weight)
     cover_train, cover_held = coverage(ranking, train), coverage(ranking, held)
-    print("draft vocabulary coverage of answer tokens (top-N of the training answers):", flush=True)
+    print("draft vocabulary coverage of answer tokens (top N by training-answer counts + weighted prompt counts):", flush=True)
     for n in COVERAGE_SIZES:
         print(f"  N={n:6d}  train {cover_train[n]:.4f}  held-out {cover_held[n]:.4f}", flush=True)
     if state is not None:
@@ -583,7 +603,8 @@ def cmd_fit(args) -> int:
     summary = {
         "data": str(args.data), "samples_train": len(train), "samples_heldout": len(held),
         "answer_tokens_train": tokens, "draft_vocab": size,
-        "draft_vocab_coverage_heldout": covered,
+        "draft_vocab_coverage_heldout": covered, "vocab_prompt_weight": args.vocab_prompt_weight,
+        "coverage_heldout": {str(n): round(v, 4) for n, v in cover_held.items()},
         "ce_weight": args.ce_weight, "noise": args.noise, "lr": args.lr, "batch_tokens": args.batch_tokens,
     }
 
@@ -623,12 +644,13 @@ def cmd_fit(args) -> int:
         optimizer.step()
         scheduler.step()
         step += 1
+        loss_value = float(loss.detach())
         for key in ("reg", "ce", "acc"):
             window[key] += parts[key]
-        window["loss"] += float(loss)
+        window["loss"] += loss_value
         window["n"] += 1
         bar.update(1)
-        bar.set_postfix(loss=f"{float(loss):.3f}", acc=f"{parts['acc']:.3f}", epoch=epoch)
+        bar.set_postfix(loss=f"{loss_value:.3f}", acc=f"{parts['acc']:.3f}", epoch=epoch)
         if step % args.eval_every == 0 or step == args.steps:
             n = max(1, window["n"])
             record = {"step": step, "epoch": epoch, "lr": scheduler.get_last_lr()[0],
@@ -700,6 +722,8 @@ def build_parser() -> argparse.ArgumentParser:
     fit.add_argument("--noise", type=float, default=0.2, help="width of the uniform noise on input features")
     fit.add_argument("--draft-vocab", type=int, default=8192,
                      help="keep the N most frequent answer tokens as the draft vocabulary (0: the full vocabulary)")
+    fit.add_argument("--vocab-prompt-weight", type=float, default=0.1,
+                     help="weight of the training prompts' token counts when ranking the draft vocabulary (0: answers only)")
     fit.add_argument("--heldout", type=float, default=0.05, help="share of samples held out for evaluation")
     fit.add_argument("--max-len", type=int, default=1024, help="longer samples are cut")
     fit.add_argument("--eval-every", type=int, default=50)
