@@ -22,7 +22,7 @@ from components import Race, RaceFileError
 from components.answer import LEGEND, answer_html, counters_html
 from components.race import METHOD_LABELS, RACE_METHODS
 from components.replay import frame_times, steps_done
-from components.views import CSS, race_views, step_view
+from components.views import CSS, column_views, race_views, step_view
 from ddd.settings import METHODS, SettingsError
 
 try:  # On Hugging Face ZeroGPU Spaces the decoding runs inside spaces.GPU; elsewhere it is a plain call.
@@ -268,8 +268,15 @@ def load_file(file: str | None, shade: bool, mode: str, session: Session) -> tup
     return show_race(session, shade, mode)
 
 
-def redraw(shade: bool, mode: str, session: Session) -> tuple:
-    return show_race(session or Session(), shade, mode)
+def reshade(shade: bool, index: float | None, session: Session) -> tuple:
+    """Shading on or off: only the texts change, the figures stay as they are."""
+    race = session.race if session else None
+    texts = []
+    for method in ("eagle2", "ddd"):
+        trace = race.get(method) if race else None
+        step = min(int(index or 0), len(trace.steps) - 1) if trace and trace.steps else None
+        texts.append(answer_html(trace, upto=step, current=step, shade=shade, placeholder="(no run)"))
+    return (*column_views(race, shade), *texts)
 
 
 def show_step(index: float | None, shade: bool, mode: str, session: Session) -> tuple:
@@ -406,7 +413,7 @@ def _race(prompt, max_new_tokens, temperature, top_p, seed, e_top_k, e_calls, e_
             counts[position] = counters_html(method, steps, f"done: {run.trace.stop_reason}")
             yield _live(columns, counts, f"{label} done.", session)
     traces = {m: runs[m].trace for m in RACE_METHODS if runs[m].trace.steps}
-    session.race, session.source = Race(traces=traces, title=prompt[:60], note=note), None
+    session.race, session.source = Race(traces=traces, note=note), None
     session.fresh = not session.stop_requested and len(traces) == len(RACE_METHODS)
     stopped = "Stopped. " if session.stop_requested else ""
     message = stopped + (note or "")
@@ -562,7 +569,8 @@ def build_demo() -> gr.Blocks:
         demo.load(load_example, [ui["example"], *view_inputs], race_outputs, api_name="open_example")
         ui["example"].input(load_example, [ui["example"], *view_inputs], race_outputs, api_name=False)
         ui["upload"].upload(load_file, [ui["upload"], *view_inputs], race_outputs, api_name="load_file")
-        ui["shade"].input(redraw, view_inputs, race_outputs, api_name=False)
+        ui["shade"].input(reshade, [ui["shade"], ui["slider"], ui["session"]],
+                          [ui[n] for n in RACE_OUTPUT_NAMES[:6]] + [ui["txt_eagle2"], ui["txt_ddd"]], api_name=False)
         ui["mode"].input(show_step, [ui["slider"], *view_inputs], step_outputs, api_name=False)
         ui["slider"].change(show_step, [ui["slider"], *view_inputs], step_outputs, api_name="show_step",
                             show_progress="hidden", trigger_mode="always_last")

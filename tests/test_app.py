@@ -106,6 +106,8 @@ def test_step_through_controls(models):
     assert app.move("first", last, session) == 0
     txt_e, txt_d, tree_e, tree_d, narration, depth = app.show_step(1, True, TREE_MODE, session)
     assert "Step 1" in narration and 'class="step cur"' in txt_d and tree_d.data and depth.layout.shapes
+    shaded, plain = app.reshade(True, 1, session), app.reshade(False, 1, session)
+    assert len(shaded) == 8 and "tok-draft" in shaded[2] + shaded[7] and "tok-draft" not in "".join(plain)
     playing, timer, button, start = app.toggle_play(False, last, session)
     assert playing and start == 0  # play from the end starts over
     playing, timer, button, index = app.tick(True, 0, session)
