@@ -23,7 +23,8 @@ from components.answer import LEGEND, answer_html, counters_html
 from components.race import METHOD_LABELS, RACE_METHODS
 from components.replay import frame_times, steps_done
 from components.views import CSS, column_views, race_views, step_view
-from ddd.settings import METHODS, SettingsError
+from ddd.models import DEFAULT_MODEL
+from ddd.settings import SettingsError
 
 try:  # On Hugging Face ZeroGPU Spaces the decoding runs inside spaces.GPU; elsewhere it is a plain call.
     import spaces
@@ -83,7 +84,7 @@ class ModelConfig:
             return None
         if self.head:
             return self.head
-        if self.model is None and (HEAD_DIR / "config.json").exists():
+        if self.model in (None, DEFAULT_MODEL) and (HEAD_DIR / "config.json").exists():
             return str(HEAD_DIR)
         return None
 

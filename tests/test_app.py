@@ -166,6 +166,26 @@ def test_head_fallback_note(tmp_path, monkeypatch):
     assert app.ModelConfig(head="/some/dir").head_source() == "/some/dir"
 
 
+def test_model_and_head_from_args_or_environment(monkeypatch):
+    monkeypatch.setenv("DDD_MODEL", "/models/a")
+    monkeypatch.setenv("DDD_HEAD", "random")
+    args = app.parse_args([])
+    assert (args.model, args.head) == ("/models/a", "random")
+    args = app.parse_args(["--model", "/models/b", "--head", "/heads/b", "--port", "9999"])
+    assert (args.model, args.head, args.port) == ("/models/b", "/heads/b", 9999)
+    assert app.ModelConfig.from_env().model == "/models/a"
+
+
+def test_spaces_gpu_is_optional():
+    def fn():
+        return 1
+
+    wrapped = app.on_gpu(fn)
+    assert wrapped() == 1
+    if app.spaces is None:
+        assert wrapped is fn  # no `spaces` package: a plain call
+
+
 # ---------------------------------------------------------------------------------------------------
 # The app as a server.
 # ---------------------------------------------------------------------------------------------------
