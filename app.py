@@ -59,7 +59,7 @@ EXAMPLE_RUNS = [
      "Translate into French: The weather is lovely today and we are going to the beach."),
     ("tips", "Advice: a short list", "List three tips for staying focused while studying."),
 ]
-TREE_MODES = {"verified + expanded + best dropped": "shown", "verified only": "verified", "whole candidate pool": "all"}
+TREE_MODES = {"verified + best dropped": "shown", "verified only": "verified", "whole candidate pool": "all"}
 
 
 # ---------------------------------------------------------------------------------------------------

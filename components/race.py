@@ -72,7 +72,7 @@ class Race:
 
     def save(self, path: str | Path, compact: bool = False) -> Path:
         """Write the race as one JSON file. `compact` rounds numbers and keeps only the draft nodes the
-        tree view shows (verified nodes, expanded nodes and the best dropped candidates of each level)."""
+        tree view shows (verified nodes and the best dropped candidates of each level)."""
         path = Path(path)
         path.parent.mkdir(parents=True, exist_ok=True)
         data = self.to_dict(compact)
@@ -132,15 +132,15 @@ def _trace(data: Any, source: str, method: str) -> RunTrace:
 
 
 def shown_nodes(pool: list[Any], top_k: int) -> set[int]:
-    """Pool indices the tree view shows: verified nodes, nodes a draft call expanded, and the `top_k` best
-    dropped candidates of each level, closed under parents so every shown node hangs from the root.
+    """Pool indices the tree view shows: the verified nodes and the `top_k` best candidates of each level that
+    the rerank dropped, closed under parents so every shown node hangs from the root.
     Works on DraftNode objects and on their JSON dicts."""
     nodes = list(pool)
     keep: set[int] = set()
     by_depth: dict[int, list[Any]] = {}
     for n in nodes:
         status, index = _get(n, "status"), _get(n, "index")
-        if status != "pruned" or _get(n, "in_beam"):
+        if status != "pruned":
             keep.add(index)
         else:
             by_depth.setdefault(_get(n, "depth"), []).append(n)

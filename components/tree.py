@@ -37,8 +37,8 @@ LABELLED_LEVEL = 22
 def build_graph(step: Step, top_k: int = 10, show: str = "shown") -> nx.DiGraph:
     """The draft tree of `step`: nodes keyed by pool index (plus "bonus"), edges parent -> child.
 
-    show: "verified" (root and the nodes the target checked), "shown" (those, plus expanded nodes and the
-    best min(top_k, DROPPED_SHOWN) dropped candidates of each level) or "all" (the whole candidate pool)."""
+    show: "verified" (root and the nodes the target checked), "shown" (those, plus the best
+    min(top_k, DROPPED_SHOWN) candidates of each level the rerank dropped) or "all" (the whole pool)."""
     graph = nx.DiGraph(step=step.index, draft_calls=step.draft_calls, max_draft_calls=step.max_draft_calls)
     pool = step.pool
     if not pool:

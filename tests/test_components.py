@@ -113,7 +113,7 @@ def test_graph_nodes_edges_and_accepted_path():
     assert accepted_edges == {(0, 1), (1, 4), (4, BONUS)}
     verified = build_graph(step, show="verified")
     assert {n for n in verified if n != BONUS} == {0, 1, 2, 4, 5, 7}
-    assert shown_nodes(step.pool, top_k=0) == {0, 1, 2, 4, 5, 7}  # verified + expanded
+    assert shown_nodes(step.pool, top_k=0) == {0, 1, 2, 4, 5, 7}  # verified only
     assert shown_nodes(step.pool, top_k=1) == set(range(9))  # + the best dropped candidate of each level
 
 
