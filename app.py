@@ -59,6 +59,15 @@ EXAMPLE_RUNS = [
      "Translate into French: The weather is lovely today and we are going to the beach."),
     ("tips", "Advice: a short list", "List three tips for staying focused while studying."),
 ]
+# Setting presets (the six tree settings of the panel). The papers' values suit 7B targets on a GPU, where
+# verifying 60 tokens costs about what one token costs; on a CPU verification grows with the tree and this
+# small head is less sure of itself, so the CPU preset verifies fewer tokens, checks H after every draft call
+# (free on a CPU) and uses a threshold matched to how fast its beam confidence falls.
+PRESETS = {
+    "papers (GPU)": dict(e_top_k=10, e_calls=6, e_total=60, d_calls=11, d_checks="5,7,9", d_threshold=-0.3),
+    "small CPU model": dict(e_top_k=8, e_calls=4, e_total=24, d_calls=8, d_checks="all", d_threshold=-4.0),
+}
+PRESET_NAMES = list(PRESETS)
 TREE_MODES = {"verified + best dropped": "shown", "verified only": "verified", "whole candidate pool": "all"}
 
 
@@ -317,6 +326,24 @@ def request_stop(session: Session) -> str:
     return ""
 
 
+def default_preset() -> str:
+    """The CPU preset unless a GPU is there (or the app was asked for one)."""
+    import torch
+
+    device = MODELS.config.device or ("cuda" if torch.cuda.is_available() else "cpu")
+    return PRESET_NAMES[0] if device.startswith("cuda") else PRESET_NAMES[1]
+
+
+def apply_preset(name: str) -> tuple:
+    preset = PRESETS.get(name)
+    if preset is None:
+        return tuple(gr.skip() for _ in PRESET_FIELDS)
+    return tuple(preset[f] for f in PRESET_FIELDS)
+
+
+PRESET_FIELDS = ["e_top_k", "e_calls", "e_total", "d_calls", "d_checks", "d_threshold"]
+
+
 def method_settings_from(e_top_k, e_calls, e_total, d_calls, d_checks, d_threshold) -> dict[str, dict[str, Any]]:
     checks = str(d_checks or "").strip() or "5,7,9"
     return {
@@ -514,14 +541,19 @@ def build_demo() -> gr.Blocks:
                 ui["temperature"] = gr.Slider(0, 2, value=0, step=0.05, label="temperature (0 = greedy)")
                 ui["top_p"] = gr.Slider(0.05, 1, value=1, step=0.05, label="top-p")
                 ui["seed"] = gr.Number(0, precision=0, label="seed")
+            preset = PRESETS[default_preset()]
+            ui["preset"] = gr.Radio(PRESET_NAMES, value=default_preset(), label="preset for the settings below")
             with gr.Row():
-                ui["e_top_k"] = gr.Slider(1, 32, value=10, step=1, label="EAGLE-2 / DDD top-k (beam width)")
-                ui["e_calls"] = gr.Slider(1, 16, value=6, step=1, label="EAGLE-2 draft calls (tree depth)")
-                ui["e_total"] = gr.Slider(2, 128, value=60, step=1, label="total tokens verified (EAGLE-2 / DDD)")
+                ui["e_top_k"] = gr.Slider(1, 32, value=preset["e_top_k"], step=1,
+                                          label="EAGLE-2 / DDD top-k (beam width)")
+                ui["e_calls"] = gr.Slider(1, 16, value=preset["e_calls"], step=1,
+                                          label="EAGLE-2 draft calls (tree depth)")
+                ui["e_total"] = gr.Slider(2, 128, value=preset["e_total"], step=1,
+                                          label="total tokens verified (EAGLE-2 / DDD)")
             with gr.Row():
-                ui["d_calls"] = gr.Slider(1, 24, value=11, step=1, label="DDD max draft calls")
-                ui["d_checks"] = gr.Textbox("5,7,9", label="DDD check after calls ('5,7,9' or 'all')")
-                ui["d_threshold"] = gr.Number(-0.3, label="DDD threshold on H (≤ 0)")
+                ui["d_calls"] = gr.Slider(1, 24, value=preset["d_calls"], step=1, label="DDD max draft calls")
+                ui["d_checks"] = gr.Textbox(preset["d_checks"], label="DDD check after calls ('5,7,9' or 'all')")
+                ui["d_threshold"] = gr.Number(preset["d_threshold"], label="DDD threshold on H (≤ 0)")
             with gr.Row():
                 ui["shade"] = gr.Checkbox(True, label="shade tokens by how they were made")
                 ui["mode"] = gr.Radio(list(TREE_MODES), value=next(iter(TREE_MODES)), label="tree nodes shown")
@@ -563,6 +595,7 @@ def build_demo() -> gr.Blocks:
                 ui["about"] = gr.Markdown()
         ui["timer"] = gr.Timer(1.2, active=False)
 
+        ui["preset"].input(apply_preset, ui["preset"], [ui[f] for f in PRESET_FIELDS], api_name=False)
         race_outputs = [ui[n] for n in RACE_OUTPUT_NAMES]
         step_outputs = [ui[n] for n in STEP_OUTPUT_NAMES]
         view_inputs = [ui["shade"], ui["mode"], ui["session"]]
@@ -606,7 +639,7 @@ def record_race(prompt: str, title: str, max_new_tokens: int = 96, settings: dic
     from ddd import generate
 
     target, head = MODELS.load()
-    settings = settings or method_settings_from(10, 6, 60, 11, "5,7,9", -0.3)
+    settings = settings or method_settings_from(**PRESETS[PRESET_NAMES[1]])
     traces = {}
     with MODELS.lock:
         for method in RACE_METHODS:
