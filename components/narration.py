@@ -139,6 +139,9 @@ def _depth(step: Step, race: Race | None) -> str:
                 text += (f", and it drafted {abs(diff)} {'fewer' if diff > 0 else 'more'} level{'s' if abs(diff) != 1 else ''}"
                          f" than EAGLE-2's fixed {eagle2}")
             text += "."
+        if eagle2 is not None and calls > eagle2 and earlier:
+            text += (f" It went deeper than EAGLE-2 because the beam was still confident at the earlier "
+                     f"check{'s' if len(earlier) > 1 else ''} (H = {', '.join(f'{c.confidence:.2f}' for c in earlier)}).")
         return text
     checks = ", ".join(f"{c.confidence:.2f}" for c in earlier)
     text = (f"DDD's beam stayed confident at every check (H = {checks}, all at or above the threshold "

@@ -292,6 +292,14 @@ def test_narration_deeper_than_eagle2():
     assert "-0.10, -0.20" in text
 
 
+def test_narration_stopped_but_still_deeper_than_eagle2():
+    race = hand_race()
+    step = spec_step(3, calls=5, limit=6, checks=[(3, -0.2, False), (5, -0.8, True)])
+    text = narrate(step, race.traces["ddd"], race)
+    assert "DDD stopped after 5 draft calls" in text and "2 more levels than EAGLE-2's fixed 3" in text
+    assert "went deeper than EAGLE-2" in text and "H = -0.20" in text
+
+
 def test_narration_nothing_accepted():
     race = hand_race()
     step = race.traces["eagle2"].steps[2]
