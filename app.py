@@ -65,7 +65,7 @@ EXAMPLE_RUNS = [
 # (free on a CPU) and uses a threshold matched to how fast its beam confidence falls.
 PRESETS = {
     "papers (GPU)": dict(e_top_k=10, e_calls=6, e_total=60, d_calls=11, d_checks="5,7,9", d_threshold=-0.3),
-    "small CPU model": dict(e_top_k=8, e_calls=4, e_total=24, d_calls=8, d_checks="all", d_threshold=-4.0),
+    "small CPU model": dict(e_top_k=8, e_calls=4, e_total=24, d_calls=8, d_checks="all", d_threshold=-4.5),
 }
 PRESET_NAMES = list(PRESETS)
 TREE_MODES = {"verified + best dropped": "shown", "verified only": "verified", "whole candidate pool": "all"}
@@ -658,7 +658,7 @@ def depth_contrast(race: Race) -> tuple[int, int]:
     return sum(c < fixed for c in calls), sum(c > fixed for c in calls)
 
 
-def record_examples(directory: Path = EXAMPLES_DIR, max_new_tokens: int = 96) -> list[Path]:
+def record_examples(directory: Path = EXAMPLES_DIR, max_new_tokens: int = 64) -> list[Path]:
     paths = []
     for stem, title, prompt in EXAMPLE_RUNS:
         race = record_race(prompt, title, max_new_tokens)
