@@ -129,7 +129,7 @@ def _depth(step: Step, race: Race | None) -> str:
     earlier = [c for c in step.checks if not c.stop]
     if last.stop:
         text = (f"DDD stopped after {_plural(calls, 'draft call')}: the beam held only "
-                f"{math.exp(last.confidence):.0%} of the draft probability (H = {last.confidence:.2f}, below the "
+                f"{_share(last.confidence)} of the draft probability (H = {last.confidence:.2f}, below the "
                 f"threshold {_threshold(race)}), so deeper levels were unlikely to be accepted.")
         saved = limit - calls
         if saved > 0:
@@ -150,6 +150,12 @@ def _depth(step: Step, race: Race | None) -> str:
         text += (f": {calls - eagle2} deeper than EAGLE-2's fixed {eagle2}, at a cost of about "
                  f"{(calls - eagle2) * per_call:.0f} ms of extra drafting")
     return text + "."
+
+
+def _share(log_p: float) -> str:
+    """exp(log_p) as a percentage that stays readable when it is tiny."""
+    p = math.exp(log_p)
+    return f"{p:.0%}" if p >= 0.01 else f"{p * 100:.1g}%"
 
 
 def _threshold(race: Race | None) -> str:

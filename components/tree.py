@@ -139,11 +139,12 @@ def tree_figure(step: Step | None, trace: RunTrace | None = None, *, show: str =
                            fillcolor=GHOST_COLOR, line=dict(width=1, color=GHOST_LINE, dash="dot"), layer="below"))
         notes.append(dict(x=level, y=0.5, xref="x", yref="paper", text="not drafted", textangle=-90, showarrow=False,
                           font=dict(size=11, color="rgba(109,40,217,0.8)")))
-    for call, check in checks.items():
-        verdict = "stop" if check.stop else "go on"
-        notes.append(dict(x=call, y=1.0, xref="x", yref="paper", yanchor="bottom", showarrow=False,
-                          text=f"H={check.confidence:.2f} {verdict}", font=dict(size=10, color="#dc2626" if check.stop
-                                                                                 else "#15803d")))
+    # H at each check above its level (rows alternate so that neighbouring checks do not overlap).
+    for row, (call, check) in enumerate(sorted(checks.items())):
+        text = f"H {check.confidence:.1f}" + (" stop" if check.stop else "")
+        notes.append(dict(x=call, y=1.0 + 0.045 * (row % 2), xref="x", yref="paper", yanchor="bottom",
+                          showarrow=False, text=text,
+                          font=dict(size=10, color="#dc2626" if check.stop else "#15803d")))
     # Edges: one trace for the accepted path, one for the rest (None breaks the polyline between edges).
     for accepted in (False, True):
         xs: list[float | None] = []
@@ -192,7 +193,7 @@ def tree_figure(step: Step | None, trace: RunTrace | None = None, *, show: str =
         title=dict(text=head + f" · {step.draft_calls} draft call{'s' if step.draft_calls != 1 else ''}"
                    f" · {step.accepted} accepted", font=dict(size=14)),
         height=height, shapes=shapes, annotations=notes,
-        margin=dict(l=10, r=10, t=50, b=40), hovermode="closest",
+        margin=dict(l=10, r=10, t=64, b=40), hovermode="closest",
         legend=dict(orientation="h", y=-0.08, x=0, font=dict(size=10)),
         xaxis=dict(range=[-1.0, last], tickmode="array", tickvals=list(range(0, int(last) + 1)),
                    ticktext=["root"] + [str(i) for i in range(1, int(last) + 1)], title=None, showgrid=False,

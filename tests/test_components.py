@@ -147,7 +147,7 @@ def test_tree_figure_colours_bands_ghosts_and_labels():
     bands = [s for s in fig.layout.shapes if s.fillcolor != GHOST_COLOR]
     ghosts = [s for s in fig.layout.shapes if s.fillcolor == GHOST_COLOR]
     assert len(bands) == 3 and [g.x0 + 0.5 for g in ghosts] == [4, 5, 6]
-    assert any("H=-0.90 stop" in a.text for a in fig.layout.annotations)
+    assert any(a.text == "H -0.9 stop" for a in fig.layout.annotations)
     edges = [t for t in fig.data if t.mode == "lines" and t.line.color == COLORS["accepted"]]
     assert len(edges) == 1 and len([x for x in edges[0].x if x is not None]) == 6  # 3 accepted edges
     hover = by_meta(fig, "accepted")[0].hovertext[0]
@@ -283,6 +283,12 @@ def test_narration_early_stop():
     assert f"{math.exp(-0.9):.0%}" in text
     assert "accepted 2 draft tokens ('␣the', '␣cat')" in text and "'␣on' itself" in text
     assert "candidates in 3 levels" in text and f"{candidates_drafted(step, race.traces['ddd'])}" in text
+
+
+def test_narration_tiny_beam_share_is_readable():
+    race = hand_race()
+    step = spec_step(1, calls=3, limit=6, checks=[(3, -6.13, True)])
+    assert "held only 0.2% of the draft probability" in narrate(step, race.traces["ddd"], race)
 
 
 def test_narration_deeper_than_eagle2():
