@@ -21,7 +21,7 @@ def _decode_steps(trace: RunTrace | None):
     return [s for s in trace.steps if not s.prefill] if trace is not None else []
 
 
-def depth_figure(race: Race | None, current: int | None = None, height: int = 560) -> go.Figure:
+def depth_figure(race: Race | None, current: int | None = None, height: int = 600) -> go.Figure:
     """Per step: DDD's chosen depth vs EAGLE-2's fixed depth, H at each check vs the threshold, tokens per step."""
     eagle2 = race.get("eagle2") if race else None
     ddd = race.get("ddd") if race else None
@@ -85,8 +85,8 @@ def depth_figure(race: Race | None, current: int | None = None, height: int = 56
         notes.append(dict(text=text, xref="paper", yref="paper", x=0, y=high, xanchor="left", yanchor="bottom",
                           showarrow=False, font=dict(size=12)))
     layout: dict[str, Any] = dict(
-        height=height, barmode="group", margin=dict(l=50, r=10, t=60, b=40), hovermode="closest",
-        legend=dict(orientation="h", y=-0.1, x=0, font=dict(size=10)), shapes=shapes, annotations=notes,
+        height=height, barmode="group", margin=dict(l=50, r=10, t=60, b=90), hovermode="closest",
+        legend=dict(orientation="h", y=-0.2, yanchor="top", x=0, font=dict(size=10)), shapes=shapes, annotations=notes,
         uirevision="depth")
     axis_titles = {"": "calls", "2": "H", "3": "accepted"}
     for suffix, (low, high) in domains.items():
