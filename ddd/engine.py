@@ -153,6 +153,7 @@ class Generation:
                 logits = model.lm_head(hidden[-1:])[0]
                 verified = self._sync()
                 acceptance = Acceptance([0], next_token(logits, self.sampling, generator))
+                accepted_tokens = []
             else:
                 root = torch.tensor(token, device=device)
                 depth_limit = limit - 1 - past
@@ -173,7 +174,7 @@ class Generation:
                 accepted_tokens = draft.tree.tokens[path[1:]].tolist()
                 pending_features = torch.cat((pending_features, hidden[path]))
                 pending_next = pending_next + accepted_tokens + [acceptance.bonus]
-            new = (draft.tree.tokens[torch.tensor(acceptance.path[1:], dtype=torch.long)].tolist() if draft else []) + [acceptance.bonus]
+            new = accepted_tokens + [acceptance.bonus]
             token = acceptance.bonus
             step = Step(index=index, token_ids=new, text="", accepted=len(new) - 1,
                         draft_ms=(drafted - start) * 1e3, verify_ms=(verified - drafted) * 1e3)
