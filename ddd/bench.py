@@ -31,6 +31,7 @@ from pathlib import Path
 from typing import Any
 
 from . import metrics
+from .jsonl import read_jsonl
 
 OUR_METHODS = ("plain", "eagle", "eagle2", "ddd")
 PEER_METHODS = ("hf_generate", "prompt_lookup")
@@ -219,17 +220,7 @@ def load_questions(path: str | Path) -> list[dict[str, Any]]:
     if not path.is_file():
         raise BenchError(f"Question file {path} not found." if not path.exists() else f"{path} is not a file.")
     questions = []
-    try:
-        lines = path.read_text(encoding="utf-8").splitlines()
-    except UnicodeDecodeError as err:
-        raise BenchError(f"{path} is not UTF-8 text: {err}.") from None
-    for number, line in enumerate(lines, 1):
-        if not line.strip():
-            continue
-        try:
-            item = json.loads(line)
-        except json.JSONDecodeError as err:
-            raise BenchError(f"{path} line {number} is not valid JSON ({err.msg}, column {err.colno}).") from None
+    for number, item in read_jsonl(path, BenchError):
         if not isinstance(item, dict):
             raise BenchError(f"{path} line {number} is a JSON {type(item).__name__}, not an object with "
                              "question_id, category and turns.")

@@ -34,6 +34,8 @@ import torch
 import torch.nn.functional as F
 from tqdm import tqdm
 
+from .jsonl import read_jsonl
+
 DEFAULT_PROMPTS = "../shared/data/train_prompts.jsonl"
 SHARD_GLOB = "shard_*.pt"
 DATA_FORMAT = 1
@@ -56,13 +58,7 @@ def read_prompts(path: str | Path) -> list[dict]:
     if not path.is_file():
         raise TrainError(f"Prompt file {path} does not exist.")
     rows = []
-    for number, line in enumerate(path.read_text(encoding="utf-8").split("\n"), 1):
-        if not line.strip():
-            continue
-        try:
-            row = json.loads(line)
-        except json.JSONDecodeError as err:
-            raise TrainError(f"{path}:{number} is not valid JSON ({err.msg}).") from err
+    for number, row in read_jsonl(path, TrainError):
         text = row.get("prompt") if isinstance(row, dict) else None
         if text is None and isinstance(row, dict) and row.get("turns"):
             text = row["turns"][0]
