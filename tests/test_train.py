@@ -175,3 +175,9 @@ def test_bad_arguments(tmp_path, capsys):
         train.main(["fit", "--data", str(tmp_path)])  # --out is required: argparse exits
     with pytest.raises(SystemExit):
         train.main(["frobnicate"])
+
+
+def test_prompts_may_hold_unicode_line_separators(tmp_path):
+    path = tmp_path / "prompts.jsonl"
+    path.write_text('{"id": "a", "prompt": "one\\u2028two\u2028three"}\n{"id": "b", "prompt": "x"}\n', encoding="utf-8")
+    assert [row["id"] for row in train.read_prompts(path)] == ["a", "b"]
