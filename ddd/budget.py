@@ -1,0 +1,213 @@
+"""Tree budgets for the machine at hand.
+
+The best budget is a trade between how many tokens a step accepts and what the step costs, and on a
+CPU the cost of verifying n tokens grows fast with n. `auto_budget` measures both at start-up:
+
+1. costs: it times the target's forward over n new tokens for a few n, one LM-head row, and plain
+   decoding steps;
+2. acceptance: it decodes a calibration prompt with a generous EAGLE-2 tree (greedy) and keeps each
+   step's pool. Under greedy verification the accepted path is the chain of the target's own tokens,
+   so for any smaller budget (fewer draft calls = the pool's shallower levels; fewer tokens = what
+   rerank keeps) the accepted length is exactly the part of that chain the smaller tree still holds;
+   for DDD the depth each threshold would have chosen is read from the recorded confidences.
+
+It then predicts tokens per second for every candidate and picks the fastest EAGLE-2 and DDD settings.
+"""
+from __future__ import annotations
+
+import statistics
+import time
+from dataclasses import dataclass, field
+
+import torch
+from transformers import DynamicCache
+
+from .engine import encode_prompt, generate
+from .head import EagleHead
+from .models import Target
+from .settings import DDDSettings, Eagle2Settings
+from .trace import Step
+from .tree import rerank
+
+# One prose and one code prompt; none of them is a benchmark question.
+CALIBRATION_PROMPTS = (
+    "Explain step by step how a bicycle gear system works.",
+    "Write a short Python function that computes the gear ratio from the teeth on two sprockets.",
+)
+SIZES = (1, 2, 4, 8, 16, 32, 64)
+TOKEN_BUDGETS = (2, 3, 4, 5, 6, 8, 10, 12, 16, 20, 24, 32, 48, 64)
+
+
+def interpolate(table: dict[int, float], n: int) -> float:
+    """Linear interpolation between measured sizes (extrapolated from the last two beyond them)."""
+    sizes = sorted(table)
+    if n <= sizes[0]:
+        return table[sizes[0]]
+    lo = max(s for s in sizes if s <= n) if n <= sizes[-1] else sizes[-2]
+    hi = min((s for s in sizes if s >= n), default=sizes[-1])
+    if lo == hi:
+        return table[lo]
+    return table[lo] + (table[hi] - table[lo]) * (n - lo) / (hi - lo)
+
+
+@dataclass
+class Costs:
+    """Measured milliseconds on this machine."""
+
+    forward_ms: dict[int, float]  # target forward (no LM head) over n new tokens after the calibration prompt
+    lm_ms: dict[int, float]  # the target's LM head on n rows
+    draft_call_ms: float  # one draft call, from the calibration run
+    other_ms: float  # per-step bookkeeping of a speculative step, from the calibration run
+    plain_ms: float  # one whole plain decoding step, measured
+
+    def step_ms(self, verified: int, draft_calls: int, lm_rows: list[int]) -> float:
+        """lm_rows: the sizes of the LM-head calls greedy acceptance makes (see accept_greedy)."""
+        return (draft_calls * self.draft_call_ms + interpolate(self.forward_ms, verified)
+                + sum(interpolate(self.lm_ms, r) for r in lm_rows if r) + self.other_ms)
+
+
+@dataclass
+class Candidate:
+    method: str
+    settings: dict
+    tau: float  # predicted tokens per step
+    step_ms: float  # predicted milliseconds per step
+    speedup: float  # predicted, vs the measured plain step
+
+
+@dataclass
+class BudgetReport:
+    costs: Costs
+    calibration_steps: int
+    top_k: int
+    eagle2: Eagle2Settings
+    ddd: DDDSettings
+    candidates: list[Candidate] = field(default_factory=list)
+
+    def best(self, method: str) -> Candidate:
+        return max((c for c in self.candidates if c.method == method), key=lambda c: c.speedup)
+
+
+def _ms(fn, repeats: int) -> float:
+    times = []
+    for _ in range(repeats):
+        start = time.perf_counter()
+        fn()
+        if torch.cuda.is_available():
+            torch.cuda.synchronize()
+        times.append((time.perf_counter() - start) * 1e3)
+    return statistics.median(times)
+
+
+@torch.inference_mode()
+def time_target(target: Target, prompt: str = CALIBRATION_PROMPTS[0], sizes=SIZES,
+                repeats: int = 3) -> tuple[dict[int, float], dict[int, float]]:
+    """Forward time over n new tokens after `prompt`, and LM-head time on n rows, for each n in `sizes`."""
+    model = target.model
+    ids = torch.tensor([encode_prompt(target, prompt, True)], device=target.device)
+    cache = DynamicCache(config=model.config)
+    hidden = model.model(input_ids=ids, cache=cache, use_cache=True).last_hidden_state[0]
+    past = cache.get_seq_length()
+    forward_ms, lm_ms = {}, {}
+    for n in sizes:
+        new = ids[:, -1:].expand(1, n).contiguous()
+
+        def forward():
+            model.model(input_ids=new, cache=cache, use_cache=True)
+            cache.crop(-n)
+
+        forward()  # warm-up
+        forward_ms[n] = _ms(forward, repeats)
+        rows = hidden[-1:].expand(n, -1).contiguous()
+        lm_ms[n] = _ms(lambda: model.lm_head(rows), repeats)
+    return forward_ms, lm_ms
+
+
+def accepted_within(step: Step, keep: set[int]) -> int:
+    """Draft tokens the step would have accepted had only the pool nodes in `keep` been verified (greedy)."""
+    count = 0
+    for index in step.accepted_path[1:]:
+        if index not in keep:
+            break
+        count += 1
+    return count
+
+
+def lm_rows(step: Step, keep: set[int], accepted: int) -> list[int]:
+    """The LM-head calls greedy acceptance makes on that tree: its internal nodes at once, then the last
+    accepted node when it is a leaf."""
+    internal = {node.parent for node in step.pool if node.index in keep and node.parent >= 0}
+    last = step.accepted_path[accepted]
+    return [len(internal), 0 if last in internal else 1]
+
+
+def ddd_depth(confidence: list[float], threshold: float, max_calls: int) -> int:
+    """Draft calls DDD makes when it checks H after every call (the confidence after call c is index c-1)."""
+    for call in range(1, max_calls):
+        if call <= len(confidence) and confidence[call - 1] < threshold:
+            return call
+    return max_calls
+
+
+def _kept(step: Step, calls: int, total_tokens: int) -> set[int]:
+    nodes = [n for n in step.pool if n.depth <= calls]
+    scores = torch.tensor([n.score for n in nodes])
+    depths = torch.tensor([n.depth for n in nodes])
+    keep = rerank(scores, depths, total_tokens)
+    return {nodes[i].index for i in keep.tolist()}
+
+
+def _candidate(method: str, settings: dict, steps: list[Step], costs: Costs, calls_of, total_tokens: int) -> Candidate:
+    tokens = ms = 0.0
+    for step in steps:
+        calls = calls_of(step)
+        keep = _kept(step, calls, total_tokens)
+        accepted = accepted_within(step, keep)
+        tokens += 1 + accepted
+        ms += costs.step_ms(len(keep), calls, lm_rows(step, keep, accepted))
+    tau = tokens / len(steps)
+    step_ms = ms / len(steps)
+    return Candidate(method, settings, tau, step_ms, tau * costs.plain_ms / step_ms)
+
+
+def plan(steps: list[Step], costs: Costs, top_k: int, max_calls: int, max_tokens: int) -> list[Candidate]:
+    """Every EAGLE-2 (draft calls x tokens) and DDD (threshold x tokens, checks every call) candidate."""
+    budgets = [b for b in TOKEN_BUDGETS if b <= max_tokens]
+    out = []
+    for calls in range(1, max_calls + 1):
+        for tokens in budgets:
+            out.append(_candidate("eagle2", {"top_k": top_k, "draft_calls": calls, "total_tokens": tokens},
+                                  steps, costs, lambda s, c=calls: c, tokens))
+    seen = sorted({round(h, 1) + 0.0 for s in steps for h in s.confidence[: max_calls - 1]})  # + 0.0: no "-0.0"
+    thresholds = sorted(set(seen[:: max(1, len(seen) // 12)]) | {-0.3})
+    for threshold in thresholds:
+        for tokens in budgets:
+            out.append(_candidate(
+                "ddd", {"top_k": top_k, "max_draft_calls": max_calls, "check_steps": "all",
+                        "threshold": threshold, "total_tokens": tokens},
+                steps, costs, lambda s, x=threshold: ddd_depth(s.confidence, x, max_calls), tokens))
+    return out
+
+
+def auto_budget(target: Target, head: EagleHead, *, prompts: tuple[str, ...] = CALIBRATION_PROMPTS,
+                new_tokens: int = 32, top_k: int = 8, max_calls: int = 8, max_tokens: int = 64,
+                repeats: int = 3) -> BudgetReport:
+    """Measure this machine and return the fastest EAGLE-2 and DDD settings it predicts (greedy decoding)."""
+    forward_ms, lm_ms = time_target(target, prompts[0], repeats=repeats)
+    plain = [s for s in generate(target, None, prompts[0], "plain", max_new_tokens=16, record=False) if not s.prefill]
+    plain_ms = statistics.median(s.verify_ms + s.other_ms for s in plain)
+    steps: list[Step] = []
+    for prompt in prompts:
+        run = [s for s in generate(target, head, prompt, "eagle2", max_new_tokens=new_tokens, top_k=top_k,
+                                   draft_calls=max_calls, total_tokens=max_tokens) if not s.prefill]
+        steps += run[:-1] or run  # the last step may be cut short by the token limit or the end of turn
+    costs = Costs(
+        forward_ms=forward_ms, lm_ms=lm_ms,
+        draft_call_ms=statistics.median(s.draft_ms / max(1, s.draft_calls) for s in steps),
+        other_ms=statistics.median(s.other_ms for s in steps), plain_ms=plain_ms,
+    )
+    candidates = plan(steps, costs, top_k, max_calls, max_tokens)
+    best_e2 = max((c for c in candidates if c.method == "eagle2"), key=lambda c: c.speedup)
+    best_ddd = max((c for c in candidates if c.method == "ddd"), key=lambda c: c.speedup)
+    return BudgetReport(costs, len(steps), top_k, Eagle2Settings(**best_e2.settings), DDDSettings(**best_ddd.settings),
+                        candidates)

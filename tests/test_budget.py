@@ -1,0 +1,64 @@
+"""The automatic budget: its predictions of what smaller trees accept are exact under greedy decoding."""
+import pytest
+
+from ddd.budget import _kept, accepted_within, auto_budget, ddd_depth, interpolate, lm_rows
+from ddd.engine import generate
+from tests.tiny import PROMPTS
+
+BIG = dict(top_k=4, draft_calls=5, total_tokens=40)
+
+
+def first_step(target, head, method, **settings):
+    return next(s for s in generate(target, head, PROMPTS[0], method, max_new_tokens=12, **settings) if not s.prefill)
+
+
+@pytest.mark.parametrize("calls,tokens", [(1, 2), (2, 3), (3, 6), (5, 12), (4, 40)])
+def test_smaller_eagle2_tree_accepts_what_the_big_pool_predicts(llama, llama_head, calls, tokens):
+    big = first_step(llama, llama_head, "eagle2", **BIG)
+    small = first_step(llama, llama_head, "eagle2", top_k=4, draft_calls=calls, total_tokens=tokens)
+    keep = _kept(big, calls, tokens)
+    assert len(keep) == small.verified
+    assert accepted_within(big, keep) == small.accepted
+
+
+@pytest.mark.parametrize("threshold", [0.0, -0.5, -2.0, -50.0])
+def test_ddd_depth_is_read_from_the_recorded_confidence(llama, llama_head, threshold):
+    big = first_step(llama, llama_head, "eagle2", **BIG)
+    ddd = first_step(llama, llama_head, "ddd", top_k=4, max_draft_calls=5, check_steps="all",
+                     threshold=threshold, total_tokens=12)
+    calls = ddd_depth(big.confidence, threshold, 5)
+    assert calls == ddd.draft_calls
+    assert accepted_within(big, _kept(big, calls, 12)) == ddd.accepted
+
+
+def test_lm_rows_counts_internal_nodes_and_a_leaf_end():
+    class Node:
+        def __init__(self, index, parent):
+            self.index, self.parent = index, parent
+
+    class FakeStep:
+        pool = [Node(0, -1), Node(1, 0), Node(2, 0), Node(3, 1)]
+        accepted_path = [0, 1, 3]
+
+    assert lm_rows(FakeStep, {0, 1, 2, 3}, 2) == [2, 1]  # internal 0 and 1; node 3 is a leaf
+    assert lm_rows(FakeStep, {0, 1, 2, 3}, 1) == [2, 0]  # node 1 is internal: its row is already there
+
+
+def test_interpolate_between_and_beyond_measured_sizes():
+    table = {1: 10.0, 4: 40.0, 8: 60.0}
+    assert interpolate(table, 1) == 10.0
+    assert interpolate(table, 2) == 20.0
+    assert interpolate(table, 6) == 50.0
+    assert interpolate(table, 12) == 80.0
+
+
+def test_auto_budget_returns_valid_settings_for_both_methods(llama, llama_head):
+    report = auto_budget(llama, llama_head, prompts=(PROMPTS[0], PROMPTS[2]), new_tokens=12, top_k=4,
+                         max_calls=4, max_tokens=16, repeats=1)
+    assert report.calibration_steps >= 2
+    assert all(ms > 0 for ms in report.costs.forward_ms.values())
+    for method, settings in (("eagle2", report.eagle2), ("ddd", report.ddd)):
+        settings.validate(llama_head.draft_vocab_size)
+        best = report.best(method)
+        assert best.tau >= 1 and best.speedup > 0
+    assert report.ddd.check_steps == "all"
