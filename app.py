@@ -67,7 +67,10 @@ PRESETS = {
     "papers (GPU)": dict(e_top_k=10, e_calls=6, e_total=60, d_calls=11, d_checks="5,7,9", d_threshold=-0.3),
     "small CPU model": dict(e_top_k=8, e_calls=4, e_total=24, d_calls=8, d_checks="all", d_threshold=-4.5),
 }
-PRESET_NAMES = list(PRESETS)
+# A third preset times this machine once (ddd.budget: about half a minute on two CPU cores) and fills in
+# the fastest predicted settings; both methods then verify the same number of tokens.
+MEASURED = "measure this machine"
+PRESET_NAMES = [*PRESETS, MEASURED]
 TREE_MODES = {"verified + best dropped": "shown", "verified only": "verified", "whole candidate pool": "all"}
 
 
@@ -106,6 +109,7 @@ class Models:
         self.target = None
         self.head = None
         self.note = ""
+        self.measured: dict | None = None  # the MEASURED preset's values, once measured
         self.lock = threading.Lock()
         self._load_lock = threading.Lock()
 
@@ -335,10 +339,36 @@ def default_preset() -> str:
 
 
 def apply_preset(name: str) -> tuple:
-    preset = PRESETS.get(name)
+    preset = measured_preset() if name == MEASURED else PRESETS.get(name)
     if preset is None:
         return tuple(gr.skip() for _ in PRESET_FIELDS)
     return tuple(preset[f] for f in PRESET_FIELDS)
+
+
+@on_gpu
+def measured_preset() -> dict | None:
+    """Time this machine once, then reuse the result; None (settings left as they are) if that fails."""
+    if MODELS.measured is None:
+        from ddd import HeadLoadError, ModelLoadError
+        from ddd.budget import auto_budget
+
+        try:
+            target, head = MODELS.load()
+        except (ModelLoadError, HeadLoadError) as err:
+            gr.Warning(f"Could not load the model: {err}")
+            return None
+        with MODELS.lock:
+            report = auto_budget(target, head)
+        eagle2 = report.best("eagle2")
+        ddd = report.best("ddd", total_tokens=eagle2.settings["total_tokens"])
+        MODELS.measured = dict(
+            e_top_k=eagle2.settings["top_k"], e_calls=eagle2.settings["draft_calls"],
+            e_total=eagle2.settings["total_tokens"], d_calls=ddd.settings["max_draft_calls"], d_checks="all",
+            d_threshold=ddd.settings["threshold"],
+        )
+        gr.Info(f"Measured this machine: predicted {eagle2.speedup:.2f}x for EAGLE-2 (tau {eagle2.tau:.2f}) and "
+                f"{ddd.speedup:.2f}x for DDD (tau {ddd.tau:.2f}) against plain decoding.")
+    return MODELS.measured
 
 
 PRESET_FIELDS = ["e_top_k", "e_calls", "e_total", "d_calls", "d_checks", "d_threshold"]

@@ -84,8 +84,11 @@ class BudgetReport:
     ddd: DDDSettings
     candidates: list[Candidate] = field(default_factory=list)
 
-    def best(self, method: str) -> Candidate:
-        return max((c for c in self.candidates if c.method == method), key=lambda c: c.speedup)
+    def best(self, method: str, **where) -> Candidate:
+        """The fastest candidate of `method` among those whose settings match `where` (e.g. total_tokens=8)."""
+        pool = [c for c in self.candidates
+                if c.method == method and all(c.settings.get(k) == v for k, v in where.items())]
+        return max(pool, key=lambda c: c.speedup)
 
 
 def _ms(fn, repeats: int) -> float:

@@ -278,3 +278,16 @@ def test_full_race_over_http(app_server):
     assert table["headers"][4] == "speedup vs plain"
     empty = dict(zip(app.RACE_OUTPUT_NAMES, client.predict("", *SETTINGS, True, TREE_MODE, api_name="/run")))
     assert "empty" in str(empty["message"])
+
+
+def test_measured_preset_times_the_machine_once_and_fills_valid_settings(models):
+    values = app.apply_preset(app.MEASURED)
+    settings = app.method_settings_from(*values)
+    from ddd.settings import method_settings
+
+    for method in ("eagle2", "ddd"):
+        method_settings(method, **settings[method]).validate(models.head.draft_vocab_size)
+    assert settings["ddd"]["total_tokens"] == settings["eagle2"]["total_tokens"]
+    assert settings["ddd"]["check_steps"] == "all"
+    assert models.measured is not None
+    assert app.apply_preset(app.MEASURED) == values  # reused, not measured again
