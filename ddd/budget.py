@@ -25,7 +25,7 @@ from transformers import DynamicCache
 from .engine import encode_prompt, generate
 from .head import EagleHead
 from .models import Target
-from .settings import DDDSettings, Eagle2Settings
+from .settings import DDDSettings, Eagle2Settings, SettingsError
 from .trace import Step
 from .tree import rerank
 
@@ -196,6 +196,9 @@ def auto_budget(target: Target, head: EagleHead, *, prompts: tuple[str, ...] = C
                 new_tokens: int = 32, top_k: int = 8, max_calls: int = 8, max_tokens: int = 64,
                 repeats: int = 3) -> BudgetReport:
     """Measure this machine and return the fastest EAGLE-2 and DDD settings it predicts (greedy decoding)."""
+    Eagle2Settings(top_k=top_k, draft_calls=max_calls, total_tokens=max_tokens).validate(head.draft_vocab_size)
+    if new_tokens < 2:
+        raise SettingsError(f"new_tokens must be at least 2 (a calibration step and the one after), not {new_tokens}.")
     forward_ms, lm_ms = time_target(target, prompts[0], repeats=repeats)
     plain = [s for s in generate(target, None, prompts[0], "plain", max_new_tokens=16, record=False) if not s.prefill]
     plain_ms = statistics.median(s.verify_ms + s.other_ms for s in plain)
