@@ -437,10 +437,13 @@ def collate(batch: list[dict], max_len: int) -> dict[str, torch.Tensor]:
 class HeadTrainer:
     """The EAGLE loss on batches from `collate`, with the target's embeddings and LM head frozen."""
 
-    def __init__(self, target, head, ce_weight: float = 0.1, noise: float = 0.2):
+    def __init__(self, target, head, ce_weight: float = 0.1, noise: float = 0.2, soft: bool = False):
         self.target = target
         self.head = head
         self.ce_weight = ce_weight
+        # soft: cross-entropy against the target's whole next-token distribution (read from the stored next
+        # feature) rather than its one sampled token; the tree needs the draft's top-k order, not just top-1
+        self.soft = soft
         self.noise = noise
         self.embed = target.model.model.embed_tokens
         weight = target.model.lm_head.weight.detach()
@@ -468,6 +471,13 @@ class HeadTrainer:
         predicted = self.head(embeds=embeds, features=inputs, position_ids=positions)
         return predicted, feats[:, 1:1 + width], ids[:, 2:2 + width]
 
+    def soft_ce(self, logits: torch.Tensor, true_next: torch.Tensor) -> torch.Tensor:
+        """Cross-entropy of the draft logits against the target's distribution, read from the true next feature
+        through the same (draft-vocabulary) LM head."""
+        with torch.no_grad():
+            wanted = torch.softmax(true_next.float() @ self.lm_weight.T.float(), dim=-1)
+        return -(wanted * torch.log_softmax(logits.float(), dim=-1)).sum(-1).mean()
+
     def loss(self, batch: dict[str, torch.Tensor], noise: bool = True) -> tuple[torch.Tensor, dict[str, float]]:
         mask = batch["mask"].to(self.lm_weight.device)
         if mask.shape[1] == 0 or not bool(mask.any()):
@@ -477,8 +487,11 @@ class HeadTrainer:
         out, want, tokens = predicted[mask], true_next[mask], next_tokens[mask]
         reg = F.smooth_l1_loss(out, want)
         logits = out @ self.lm_weight.T
-        labels = self.t2d[tokens]
-        ce = F.cross_entropy(logits, labels, ignore_index=-1) if bool((labels >= 0).any()) else logits.sum() * 0
+        if self.soft:
+            ce = self.soft_ce(logits, want)
+        else:
+            labels = self.t2d[tokens]
+            ce = F.cross_entropy(logits, labels, ignore_index=-1) if bool((labels >= 0).any()) else logits.sum() * 0
         total = reg + self.ce_weight * ce
         with torch.no_grad():
             top = logits.argmax(-1)
@@ -581,7 +594,7 @@ def cmd_fit(args) -> int:
 
     head = new_head(target, draft_vocab=vocab, seed=args.seed)
     head.train().requires_grad_(True)
-    trainer = HeadTrainer(target, head, ce_weight=args.ce_weight, noise=args.noise)
+    trainer = HeadTrainer(target, head, ce_weight=args.ce_weight, noise=args.noise, soft=args.ce_target == "target")
     optimizer = torch.optim.AdamW(head.parameters(), lr=args.lr, betas=(0.9, 0.95), weight_decay=args.weight_decay)
     warmup = args.warmup if args.warmup is not None else max(1, args.steps // 20)
     scheduler = torch.optim.lr_scheduler.LambdaLR(optimizer, lambda s: _lr_factor(s, warmup, args.steps))
@@ -601,7 +614,7 @@ def cmd_fit(args) -> int:
         "answer_tokens_train": tokens, "draft_vocab": size,
         "draft_vocab_coverage_heldout": covered, "vocab_prompt_weight": args.vocab_prompt_weight,
         "coverage_heldout": {str(n): round(v, 4) for n, v in cover_held.items()},
-        "ce_weight": args.ce_weight, "noise": args.noise, "lr": args.lr, "batch_tokens": args.batch_tokens,
+        "ce_weight": args.ce_weight, "ce_target": args.ce_target, "noise": args.noise, "lr": args.lr, "batch_tokens": args.batch_tokens,
     }
 
     def export(final: bool) -> None:
@@ -715,6 +728,8 @@ def build_parser() -> argparse.ArgumentParser:
     fit.add_argument("--weight-decay", type=float, default=0.0)
     fit.add_argument("--clip", type=float, default=0.5, help="gradient-norm clip")
     fit.add_argument("--ce-weight", type=float, default=0.1, help="weight of the next-token cross-entropy")
+    fit.add_argument("--ce-target", choices=("token", "target"), default="token",
+                     help="cross-entropy against the next token (EAGLE) or the target's whole next-token distribution")
     fit.add_argument("--noise", type=float, default=0.2, help="width of the uniform noise on input features")
     fit.add_argument("--draft-vocab", type=int, default=8192,
                      help="keep the N most frequent answer tokens as the draft vocabulary (0: the full vocabulary)")
