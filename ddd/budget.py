@@ -152,7 +152,8 @@ def ddd_depth(confidence: list[float], threshold: float, max_calls: int) -> int:
     return max_calls
 
 
-def _kept(step: Step, calls: int, total_tokens: int) -> set[int]:
+def kept_nodes(step: Step, calls: int, total_tokens: int) -> set[int]:
+    """Pool indices a tree of `calls` draft calls and `total_tokens` verified tokens keeps (as rerank does)."""
     nodes = [n for n in step.pool if n.depth <= calls]
     scores = torch.tensor([n.score for n in nodes])
     depths = torch.tensor([n.depth for n in nodes])
@@ -164,7 +165,7 @@ def _candidate(method: str, settings: dict, steps: list[Step], costs: Costs, cal
     tokens = ms = 0.0
     for step in steps:
         calls = calls_of(step)
-        keep = _kept(step, calls, total_tokens)
+        keep = kept_nodes(step, calls, total_tokens)
         accepted = accepted_within(step, keep)
         tokens += 1 + accepted
         ms += costs.step_ms(len(keep), calls, lm_rows(step, keep, accepted))

@@ -1,7 +1,7 @@
 """The automatic budget: its predictions of what smaller trees accept are exact under greedy decoding."""
 import pytest
 
-from ddd.budget import _kept, accepted_within, auto_budget, ddd_depth, interpolate, lm_rows
+from ddd.budget import kept_nodes, accepted_within, auto_budget, ddd_depth, interpolate, lm_rows
 from ddd.engine import generate
 from tests.tiny import PROMPTS
 
@@ -16,7 +16,7 @@ def first_step(target, head, method, **settings):
 def test_smaller_eagle2_tree_accepts_what_the_big_pool_predicts(llama, llama_head, calls, tokens):
     big = first_step(llama, llama_head, "eagle2", **BIG)
     small = first_step(llama, llama_head, "eagle2", top_k=4, draft_calls=calls, total_tokens=tokens)
-    keep = _kept(big, calls, tokens)
+    keep = kept_nodes(big, calls, tokens)
     assert len(keep) == small.verified
     assert accepted_within(big, keep) == small.accepted
 
@@ -28,7 +28,7 @@ def test_ddd_depth_is_read_from_the_recorded_confidence(llama, llama_head, thres
                      threshold=threshold, total_tokens=12)
     calls = ddd_depth(big.confidence, threshold, 5)
     assert calls == ddd.draft_calls
-    assert accepted_within(big, _kept(big, calls, 12)) == ddd.accepted
+    assert accepted_within(big, kept_nodes(big, calls, 12)) == ddd.accepted
 
 
 def test_lm_rows_counts_internal_nodes_and_a_leaf_end():
