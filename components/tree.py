@@ -141,7 +141,7 @@ def tree_figure(step: Step | None, trace: RunTrace | None = None, *, show: str =
                           font=dict(size=11, color="rgba(109,40,217,0.8)")))
     # H at each check above its level (rows alternate so that neighbouring checks do not overlap).
     for row, (call, check) in enumerate(sorted(checks.items())):
-        text = f"H {check.confidence:.1f}" + (" stop" if check.stop else "")
+        text = f"H {check.confidence:.2f}" + (" stop" if check.stop else "")
         notes.append(dict(x=call, y=1.0 + 0.045 * (row % 2), xref="x", yref="paper", yanchor="bottom",
                           showarrow=False, text=text,
                           font=dict(size=10, color="#dc2626" if check.stop else "#15803d")))

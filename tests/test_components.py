@@ -147,7 +147,7 @@ def test_tree_figure_colours_bands_ghosts_and_labels():
     bands = [s for s in fig.layout.shapes if s.fillcolor != GHOST_COLOR]
     ghosts = [s for s in fig.layout.shapes if s.fillcolor == GHOST_COLOR]
     assert len(bands) == 3 and [g.x0 + 0.5 for g in ghosts] == [4, 5, 6]
-    assert any(a.text == "H -0.9 stop" for a in fig.layout.annotations)
+    assert any(a.text == "H -0.90 stop" for a in fig.layout.annotations)
     edges = [t for t in fig.data if t.mode == "lines" and t.line.color == COLORS["accepted"]]
     assert len(edges) == 1 and len([x for x in edges[0].x if x is not None]) == 6  # 3 accepted edges
     hover = by_meta(fig, "accepted")[0].hovertext[0]
