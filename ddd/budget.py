@@ -3,9 +3,9 @@
 The best budget is a trade between how many tokens a step accepts and what the step costs, and on a
 CPU the cost of verifying n tokens grows fast with n. `auto_budget` measures both at start-up:
 
-1. costs: it times the target's forward over n new tokens for a few n, one LM-head row, and plain
-   decoding steps;
-2. acceptance: it decodes a calibration prompt with a generous EAGLE-2 tree (greedy) and keeps each
+1. costs: it times the target's forward over n new tokens and its LM head over n rows for a few n,
+   and plain decoding steps;
+2. acceptance: it decodes two calibration prompts with a generous EAGLE-2 tree (greedy) and keeps each
    step's pool. Under greedy verification the accepted path is the chain of the target's own tokens,
    so for any smaller budget (fewer draft calls = the pool's shallower levels; fewer tokens = what
    rerank keeps) the accepted length is exactly the part of that chain the smaller tree still holds;
