@@ -32,6 +32,7 @@ from typing import Any
 
 from . import metrics
 from .jsonl import read_jsonl
+from .settings import PRECISIONS
 
 OUR_METHODS = ("plain", "eagle", "eagle2", "ddd")
 PEER_METHODS = ("hf_generate", "prompt_lookup")
@@ -94,7 +95,8 @@ def build_parser() -> argparse.ArgumentParser:
     parser.add_argument("--model", default=None, help="target: the default SmolLM2-135M-Instruct, a local dir or hub id")
     parser.add_argument("--head", default=None,
                         help="draft head folder, or 'random' for an untrained head (default: the shipped head, for the default model)")
-    parser.add_argument("--dtype", default="float32", choices=("float32", "bfloat16", "float16"))
+    parser.add_argument("--dtype", default="float32", choices=PRECISIONS,
+                        help="precision of target and head (int8: CPU only)")
     parser.add_argument("--device", default="cpu", help="cpu, cuda, cuda:1, ...")
     parser.add_argument("--threads", type=_positive_int, default=None, help="torch CPU threads (default: torch's)")
     parser.add_argument("--sweep", default=None, metavar="METHOD.SETTING=V1,V2,...",

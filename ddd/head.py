@@ -169,7 +169,12 @@ def load_head(directory: str | Path, target: Target) -> EagleHead:
 
 def for_target(head: EagleHead, target: Target) -> EagleHead:
     """Put a head on the target's device and in its precision."""
-    return head.to(device=target.device, dtype=target.model.dtype).eval().requires_grad_(False)
+    head = head.to(device=target.device, dtype=target.model.dtype).eval().requires_grad_(False)
+    if target.precision == "int8":
+        from .precision import quantize_int8
+
+        quantize_int8(head)
+    return head
 
 
 def resolve_head(spec: str | None, target: Target) -> tuple[EagleHead, str]:

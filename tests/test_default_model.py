@@ -43,3 +43,16 @@ def test_speculative_greedy_reproduces_plain_greedy(default, method):
         gap = top2_gap(target, encode_prompt(target, prompt) + plain.token_ids[:first])
         assert gap < 1e-4, f"{method} differs from plain at token {first} of {prompt!r} without a near-tie ({gap})"
         warnings.warn(f"{method}: float near-tie at token {first} of {prompt!r} (top-2 gap {gap:.2e})")
+
+
+def test_int8_speculative_greedy_reproduces_int8_plain_greedy():
+    """int8 has no float near-ties to excuse: its linears are row-invariant and its attention exact."""
+    target = load_target(dtype="int8")
+    head, _ = resolve_head(None, target)
+    for prompt in PROMPTS[:2]:
+        plain = generate(target, None, prompt, "plain", max_new_tokens=48)
+        list(plain)
+        for method in ("eagle2", "ddd"):
+            run = generate(target, head, prompt, method, max_new_tokens=48, total_tokens=24)
+            list(run)
+            assert run.token_ids == plain.token_ids, (method, prompt)

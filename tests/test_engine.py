@@ -119,7 +119,7 @@ def test_head_runner_drops_tree_nodes_from_its_cache(llama, llama_head):
     assert runner.context_length == 6
 
 
-@pytest.mark.parametrize("precision", ["bfloat16", "float16"])
+@pytest.mark.parametrize("precision", ["bfloat16", "float16", "int8"])
 def test_greedy_equals_plain_greedy_in_every_precision(tiny_llama_dir, llama_head, precision):
     import copy
 
