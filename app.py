@@ -24,7 +24,7 @@ from components.race import METHOD_LABELS, RACE_METHODS
 from components.replay import frame_times, steps_done
 from components.views import CSS, column_views, race_views, step_view
 from ddd.models import DEFAULT_MODEL
-from ddd.settings import SettingsError
+from ddd.settings import PRECISIONS, SettingsError
 
 try:  # On Hugging Face ZeroGPU Spaces the decoding runs inside spaces.GPU; elsewhere it is a plain call.
     import spaces
@@ -68,6 +68,12 @@ PRESETS = {
     "papers (GPU)": dict(e_top_k=10, e_calls=6, e_total=60, d_calls=11, d_checks="5,7,9", d_threshold=-0.3),
     "small CPU model": dict(e_top_k=8, e_calls=3, e_total=6, d_calls=8, d_checks="all", d_threshold=-0.3),
 }
+# The CPU's starting precision. int8 makes a verified tree cheap (8 tokens cost ~1.3 plain steps instead of
+# 2.2 in float32), which is where speculative decoding starts to pay on a CPU; its answers drift from
+# float32's (README: precision modes), and the panel switches back in one click.
+CPU_PRECISION = "int8"
+PRECISION_INFO = ("int8 (CPU only): the fastest here, answers drift a little from float32; bfloat16 drifts less "
+                  "and runs slower on most CPUs. Every method of a race uses the same one.")
 # A third preset times this machine once (ddd.budget: about half a minute on two CPU cores) and fills in
 # the fastest predicted settings; both methods then verify the same number of tokens.
 MEASURED = "measure this machine"
@@ -103,14 +109,15 @@ class ModelConfig:
 
 
 class Models:
-    """The target and draft head, loaded once on first use; `lock` serialises decoding for fair timing."""
+    """The target and draft head in one precision, loaded on first use and reloaded when a race asks for
+    another precision; `lock` serialises decoding for fair timing."""
 
     def __init__(self, config: ModelConfig):
         self.config = config
         self.target = None
         self.head = None
         self.note = ""
-        self.measured: dict | None = None  # the MEASURED preset's values, once measured
+        self.measured: dict[str, dict] = {}  # the MEASURED preset's values per precision, once measured
         self.lock = threading.Lock()
         self._load_lock = threading.Lock()
 
@@ -118,17 +125,29 @@ class Models:
     def loaded(self) -> bool:
         return self.target is not None
 
-    def load(self):
-        with self._load_lock:
-            if self.target is None:
-                import torch
+    def device(self) -> str:
+        import torch
 
+        return self.config.device or ("cuda" if torch.cuda.is_available() else "cpu")
+
+    def precisions(self) -> list[str]:
+        """The modes this device offers (int8 kernels exist for CPUs only)."""
+        return [p for p in PRECISIONS if p != "int8" or self.device() == "cpu"]
+
+    def default_precision(self) -> str:
+        return self.config.dtype or ("float16" if self.device().startswith("cuda") else CPU_PRECISION)
+
+    def load(self, precision: str | None = None):
+        """The target and head in `precision` (default: the current one, else the default)."""
+        with self._load_lock:
+            precision = precision or (self.target.precision if self.target else self.default_precision())
+            if self.target is None or self.target.precision != precision:
                 from ddd import load_target, resolve_head
 
-                device = self.config.device or ("cuda" if torch.cuda.is_available() else "cpu")
-                dtype = self.config.dtype or ("float16" if device.startswith("cuda") else "float32")
-                target = load_target(self.config.model, dtype=dtype, device=device)
+                self.target = self.head = None  # the old pair's memory goes before the new one loads
+                target = load_target(self.config.model, dtype=precision, device=self.device())
                 head, note = resolve_head(self.config.head, target)
+                self.note = ""
                 if note:
                     self.note = (note + " A random head drafts almost nothing the target accepts (tau ≈ 1), so "
                                  "EAGLE-2 and DDD run slower than plain decoding here.")
@@ -139,7 +158,7 @@ class Models:
         model = self.config.model or "smollm2-135m-instruct (embedded default)"
         source = self.config.head_source()
         head = source if source else "random (untrained)"
-        state = "loaded" if self.loaded else "loads on the first Run"
+        state = f"loaded in {self.target.precision}" if self.loaded else "loads on the first Run"
         text = f"**Model:** {model} · **draft head:** {head} · *{state}*"
         if source is None:
             text += ("\n\n<div class='note-box'>No trained draft head: a random head drafts almost nothing the target "
@@ -333,28 +352,27 @@ def request_stop(session: Session) -> str:
 
 def default_preset() -> str:
     """The CPU preset unless a GPU is there (or the app was asked for one)."""
-    import torch
-
-    device = MODELS.config.device or ("cuda" if torch.cuda.is_available() else "cpu")
-    return PRESET_NAMES[0] if device.startswith("cuda") else PRESET_NAMES[1]
+    return PRESET_NAMES[0] if MODELS.device().startswith("cuda") else PRESET_NAMES[1]
 
 
-def apply_preset(name: str) -> tuple:
-    preset = measured_preset() if name == MEASURED else PRESETS.get(name)
+def apply_preset(name: str, precision: str | None = None) -> tuple:
+    preset = measured_preset(precision) if name == MEASURED else PRESETS.get(name)
     if preset is None:
         return tuple(gr.skip() for _ in PRESET_FIELDS)
     return tuple(preset[f] for f in PRESET_FIELDS)
 
 
 @on_gpu
-def measured_preset() -> dict | None:
-    """Time this machine once, then reuse the result; None (settings left as they are) if that fails."""
-    if MODELS.measured is None:
+def measured_preset(precision: str | None = None) -> dict | None:
+    """Time this machine in `precision` once, then reuse the result; None (settings left as they are) if
+    that fails."""
+    precision = precision or MODELS.default_precision()
+    if precision not in MODELS.measured:
         from ddd import HeadLoadError, ModelLoadError
         from ddd.budget import auto_budget
 
         try:
-            target, head = MODELS.load()
+            target, head = MODELS.load(precision)
         except (ModelLoadError, HeadLoadError) as err:
             gr.Warning(f"Could not load the model: {err}")
             return None
@@ -362,14 +380,14 @@ def measured_preset() -> dict | None:
             report = auto_budget(target, head)
         eagle2 = report.best("eagle2")
         ddd = report.best("ddd", total_tokens=eagle2.settings["total_tokens"])
-        MODELS.measured = dict(
+        MODELS.measured[precision] = dict(
             e_top_k=eagle2.settings["top_k"], e_calls=eagle2.settings["draft_calls"],
             e_total=eagle2.settings["total_tokens"], d_calls=ddd.settings["max_draft_calls"], d_checks="all",
             d_threshold=ddd.settings["threshold"],
         )
-        gr.Info(f"Measured this machine: predicted {eagle2.speedup:.2f}x for EAGLE-2 (tau {eagle2.tau:.2f}) and "
-                f"{ddd.speedup:.2f}x for DDD (tau {ddd.tau:.2f}) against plain decoding.")
-    return MODELS.measured
+        gr.Info(f"Measured this machine in {precision}: predicted {eagle2.speedup:.2f}x for EAGLE-2 "
+                f"(tau {eagle2.tau:.2f}) and {ddd.speedup:.2f}x for DDD (tau {ddd.tau:.2f}) against plain decoding.")
+    return MODELS.measured[precision]
 
 
 PRESET_FIELDS = ["e_top_k", "e_calls", "e_total", "d_calls", "d_checks", "d_threshold"]
@@ -391,9 +409,9 @@ def _live(columns: list[str], counts: list[str], status: str, session: Session) 
 
 
 @on_gpu
-def run_race(prompt: str, max_new_tokens: float, temperature: float, top_p: float, seed: float, e_top_k: float,
-             e_calls: float, e_total: float, d_calls: float, d_checks: str, d_threshold: float, shade: bool,
-             mode: str, session: Session):
+def run_race(prompt: str, max_new_tokens: float, temperature: float, top_p: float, seed: float, precision: str,
+             e_top_k: float, e_calls: float, e_total: float, d_calls: float, d_checks: str, d_threshold: float,
+             shade: bool, mode: str, session: Session):
     """Decode the prompt with plain, EAGLE-2 and DDD one after another (never concurrently, so each is timed
     alone), streaming each into its column; then build every figure once from the finished traces."""
     session = session or Session()
@@ -412,8 +430,8 @@ def run_race(prompt: str, max_new_tokens: float, temperature: float, top_p: floa
         return
     session.busy, session.stop_requested = True, False
     try:
-        yield from _race(prompt, max_new_tokens, temperature, top_p, seed, e_top_k, e_calls, e_total, d_calls,
-                         d_checks, d_threshold, shade, mode, session)
+        yield from _race(prompt, max_new_tokens, temperature, top_p, seed, precision, e_top_k, e_calls, e_total,
+                         d_calls, d_checks, d_threshold, shade, mode, session)
     finally:
         session.busy = False
         session.generation = None
@@ -423,16 +441,17 @@ def _live_error(session: Session, text: str) -> tuple:
     return (*[gr.skip()] * (len(RACE_OUTPUT_NAMES) - 2), _message(text, "error"), session)
 
 
-def _race(prompt, max_new_tokens, temperature, top_p, seed, e_top_k, e_calls, e_total, d_calls, d_checks,
-          d_threshold, shade, mode, session):
+def _race(prompt, max_new_tokens, temperature, top_p, seed, precision, e_top_k, e_calls, e_total, d_calls,
+          d_checks, d_threshold, shade, mode, session):
     from ddd import HeadLoadError, ModelLoadError, PromptError, Sampling, generate
 
     columns = [answer_html(None, placeholder="waiting for its turn…") for _ in RACE_METHODS]
     counts = [counters_html(m, [], "waiting") for m in RACE_METHODS]
-    if not MODELS.loaded:
-        yield _live(columns, counts, "Loading the model (first run only)…", session)
+    precision = precision or MODELS.default_precision()
+    if not MODELS.loaded or MODELS.target.precision != precision:
+        yield _live(columns, counts, f"Loading the model in {precision}…", session)
     try:
-        target, head = MODELS.load()
+        target, head = MODELS.load(precision)
     except (ModelLoadError, HeadLoadError) as err:
         gr.Warning(str(err))
         yield _live_error(session, f"Could not load the model: {err}")
@@ -535,8 +554,8 @@ RACE_OUTPUT_NAMES = [
     "info", "download", "message", "session",
 ]
 STEP_OUTPUT_NAMES = ["txt_eagle2", "txt_ddd", "tree_eagle2", "tree_ddd", "narration", "depth"]
-SETTINGS_NAMES = ["max_new_tokens", "temperature", "top_p", "seed", "e_top_k", "e_calls", "e_total", "d_calls",
-                  "d_checks", "d_threshold"]
+SETTINGS_NAMES = ["max_new_tokens", "temperature", "top_p", "seed", "precision", "e_top_k", "e_calls", "e_total",
+                  "d_calls", "d_checks", "d_threshold"]
 
 
 def build_demo() -> gr.Blocks:
@@ -572,6 +591,9 @@ def build_demo() -> gr.Blocks:
                 ui["temperature"] = gr.Slider(0, 2, value=0, step=0.05, label="temperature (0 = greedy)")
                 ui["top_p"] = gr.Slider(0.05, 1, value=1, step=0.05, label="top-p")
                 ui["seed"] = gr.Number(0, precision=0, label="seed")
+                ui["precision"] = gr.Radio(MODELS.precisions(), value=MODELS.default_precision(),
+                                           label="precision (target and head, all three methods)",
+                                           info=PRECISION_INFO)
             preset = PRESETS[default_preset()]
             ui["preset"] = gr.Radio(PRESET_NAMES, value=default_preset(), label="preset for the settings below")
             with gr.Row():
@@ -626,7 +648,8 @@ def build_demo() -> gr.Blocks:
                 ui["about"] = gr.Markdown()
         ui["timer"] = gr.Timer(1.2, active=False)
 
-        ui["preset"].input(apply_preset, ui["preset"], [ui[f] for f in PRESET_FIELDS], api_name=False)
+        ui["preset"].input(apply_preset, [ui["preset"], ui["precision"]], [ui[f] for f in PRESET_FIELDS],
+                           api_name=False)
         race_outputs = [ui[n] for n in RACE_OUTPUT_NAMES]
         step_outputs = [ui[n] for n in STEP_OUTPUT_NAMES]
         view_inputs = [ui["shade"], ui["mode"], ui["session"]]
@@ -711,7 +734,9 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     parser.add_argument("--head", default=os.environ.get("DDD_HEAD"),
                         help="EAGLE draft head directory, or 'random' (default: assets/head when present)")
     parser.add_argument("--device", default=os.environ.get("DDD_DEVICE"), help="cpu or cuda (default: cuda if available)")
-    parser.add_argument("--dtype", default=os.environ.get("DDD_DTYPE"), help="float32, bfloat16 or float16")
+    parser.add_argument("--dtype", default=os.environ.get("DDD_DTYPE"), choices=PRECISIONS,
+                        help=f"starting precision (default: float16 on a GPU, {CPU_PRECISION} on a CPU); "
+                             "the Settings panel can switch it")
     parser.add_argument("--host", default=os.environ.get("GRADIO_SERVER_NAME", "127.0.0.1"))
     parser.add_argument("--port", type=int, default=int(os.environ.get("GRADIO_SERVER_PORT", "7860")))
     parser.add_argument("--record-examples", action="store_true",

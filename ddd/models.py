@@ -135,5 +135,8 @@ def load_target(
     if dtype == "int8":
         from .precision import to_int8
 
-        to_int8(model, tokenizer)
+        try:
+            to_int8(model, tokenizer)
+        except RuntimeError as err:  # e.g. a CPU whose quantized engine lacks per-channel dynamic linears
+            raise ModelLoadError(f"The int8 mode does not run on this CPU ({err}); use float32 or bfloat16.") from err
     return Target(model=model, tokenizer=tokenizer, name=label, precision=dtype)

@@ -81,6 +81,24 @@ class Int8Linear(nn.Module):
                 f"float_channels={self._cols.numel()}")
 
 
+class ExactLinear(nn.Module):
+    """A float Linear computed in float64 and rounded once, for the layers the int8 mode leaves in float:
+    float32 GEMM kernels sum in an order that depends on the number of rows, float64 errors stay far below
+    float32's last bit, so a row's result no longer depends on the rows beside it."""
+
+    def __init__(self, linear: nn.Linear):
+        super().__init__()
+        self.in_features, self.out_features = linear.in_features, linear.out_features
+        self.register_buffer("_weight", linear.weight.detach().double().T.contiguous(), persistent=False)
+        self.register_buffer("_bias", None if linear.bias is None else linear.bias.detach().double(), persistent=False)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        out = x.double() @ self._weight
+        if self._bias is not None:
+            out += self._bias
+        return out.to(x.dtype)
+
+
 def input_ranges(model: nn.Module, batches: list[torch.Tensor]) -> dict[str, torch.Tensor]:
     """Each nn.Linear's largest |input| per channel while `model` reads `batches` of token ids."""
     amax: dict[str, torch.Tensor] = {}
@@ -106,11 +124,15 @@ def quantize_int8(module: nn.Module, ranges: dict[str, torch.Tensor] | None = No
                   skip: tuple[str, ...] = ()) -> nn.Module:
     """Replace every nn.Linear inside `module` (in place) by an Int8Linear, calibrated with `ranges` (from
     `input_ranges`) when given. Names in `keep_float` keep their float weight reachable as `.weight`;
-    modules under a name in `skip` stay float."""
+    linears under a name in `skip` become ExactLinears."""
     for name, child in list(module.named_modules()):
         for attr, sub in list(child.named_children()):
             full = f"{name}.{attr}" if name else attr
-            if isinstance(sub, nn.Linear) and not any(full.startswith(prefix) for prefix in skip):
+            if not isinstance(sub, nn.Linear):
+                continue
+            if any(full.startswith(prefix) for prefix in skip):
+                setattr(child, attr, ExactLinear(sub))
+            else:
                 amax = None if ranges is None else ranges.get(full)
                 setattr(child, attr, Int8Linear(sub, amax, keep_float_weight=full in keep_float))
     return module

@@ -17,8 +17,9 @@ from ddd import save_head
 
 ROOT = Path(__file__).resolve().parents[1]
 TREE_MODE = next(iter(app.TREE_MODES))
-# max_new_tokens, temperature, top_p, seed, EAGLE-2 top_k / draft calls / total tokens, DDD max calls / checks / threshold
-SETTINGS = [24, 0.0, 1.0, 0, 4, 4, 20, 8, "3,5,7", -0.3]
+# max_new_tokens, temperature, top_p, seed, precision, EAGLE-2 top_k / draft calls / total tokens,
+# DDD max calls / checks / threshold
+SETTINGS = [24, 0.0, 1.0, 0, "float32", 4, 4, 20, 8, "3,5,7", -0.3]
 
 
 @pytest.fixture
@@ -68,9 +69,9 @@ def test_bad_input_gives_a_message_not_a_crash(models):
     for prompt, settings, words in [
         ("", SETTINGS, "empty"),
         ("x" * (app.MAX_PROMPT_CHARS + 1), SETTINGS, "characters"),
-        ("the cat", SETTINGS[:9] + [0.5], "threshold"),
-        ("the cat", SETTINGS[:8] + ["3,99", -0.3], "check_steps"),
-        ("the cat", SETTINGS[:6] + [1] + SETTINGS[7:], "total_tokens"),
+        ("the cat", SETTINGS[:10] + [0.5], "threshold"),
+        ("the cat", SETTINGS[:9] + ["3,99", -0.3], "check_steps"),
+        ("the cat", SETTINGS[:7] + [1] + SETTINGS[8:], "total_tokens"),
         ("the cat " * 200, SETTINGS, "shorten the prompt"),
     ]:
         frames = race_run(prompt, session, settings)
@@ -281,7 +282,7 @@ def test_full_race_over_http(app_server):
 
 
 def test_measured_preset_times_the_machine_once_and_fills_valid_settings(models):
-    values = app.apply_preset(app.MEASURED)
+    values = app.apply_preset(app.MEASURED, "float32")
     settings = app.method_settings_from(*values)
     from ddd.settings import method_settings
 
@@ -289,5 +290,16 @@ def test_measured_preset_times_the_machine_once_and_fills_valid_settings(models)
         method_settings(method, **settings[method]).validate(models.head.draft_vocab_size)
     assert settings["ddd"]["total_tokens"] == settings["eagle2"]["total_tokens"]
     assert settings["ddd"]["check_steps"] == "all"
-    assert models.measured is not None
-    assert app.apply_preset(app.MEASURED) == values  # reused, not measured again
+    assert list(models.measured) == ["float32"]
+    assert app.apply_preset(app.MEASURED, "float32") == values  # reused, not measured again
+
+
+def test_a_race_in_another_precision_reloads_the_model_in_it(tiny_llama_dir, monkeypatch):
+    models = app.Models(app.ModelConfig(model=str(tiny_llama_dir), head="random"))
+    monkeypatch.setattr(app, "MODELS", models)
+    session = app.Session()
+    for precision in ("float32", "int8"):
+        race_run("the cat sat", session, SETTINGS[:4] + [precision] + SETTINGS[5:])
+        assert models.target.precision == precision
+        assert {t.precision for t in session.race.traces.values()} == {precision}
+        assert len({t.text for t in session.race.traces.values()}) == 1  # greedy: lossless in each precision

@@ -75,3 +75,31 @@ def test_int8_target_uses_int8_linears_and_exact_attention(tiny_llama_dir):
 def test_int8_is_refused_off_the_cpu(tiny_llama_dir):
     with pytest.raises(ModelLoadError, match="CPU"):
         load_target(str(tiny_llama_dir), dtype="int8", device="cuda")
+
+
+def test_int8_model_gives_a_token_the_same_hidden_state_alone_or_with_others(tiny_llama_dir):
+    """The property lossless int8 verification stands on, for the whole model (float layer included)."""
+    from transformers import DynamicCache
+
+    model = load_target(str(tiny_llama_dir), dtype="int8").model
+    ids = torch.arange(3, 23)[None]
+
+    def first_new_hidden(chunk: int) -> torch.Tensor:
+        cache = DynamicCache(config=model.config)
+        with torch.inference_mode():
+            model.model(input_ids=ids[:, :16], cache=cache, use_cache=True)
+            return model.model(input_ids=ids[:, 16:16 + chunk], cache=cache, use_cache=True).last_hidden_state[0, 0]
+
+    alone = first_new_hidden(1)
+    for chunk in (2, 4):
+        assert torch.equal(first_new_hidden(chunk), alone)
+
+
+def test_exact_linear_rows_do_not_depend_on_their_neighbours(linear):
+    from ddd.precision import ExactLinear
+
+    layer = ExactLinear(linear)
+    x = torch.randn(33, 96)
+    together = layer(x)
+    assert all(torch.equal(layer(x[i:i + 1]), together[i:i + 1]) for i in range(len(x)))
+    assert torch.allclose(together, linear(x).detach(), atol=1e-5)
