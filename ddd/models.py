@@ -139,4 +139,8 @@ def load_target(
             to_int8(model, tokenizer)
         except RuntimeError as err:  # e.g. a CPU whose quantized engine lacks per-channel dynamic linears
             raise ModelLoadError(f"The int8 mode does not run on this CPU ({err}); use float32 or bfloat16.") from err
+    elif dtype in ("bfloat16", "float16") and device == "cpu":
+        from .precision import to_exact
+
+        to_exact(model)
     return Target(model=model, tokenizer=tokenizer, name=label, precision=dtype)

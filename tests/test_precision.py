@@ -77,8 +77,8 @@ def test_int8_is_refused_off_the_cpu(tiny_llama_dir):
         load_target(str(tiny_llama_dir), dtype="int8", device="cuda")
 
 
-def test_int8_model_gives_a_token_the_same_hidden_state_alone_or_with_others(tiny_llama_dir):
-    """The property lossless int8 verification stands on, for the whole model (float layer included)."""
+def test_int8_gives_a_token_the_same_hidden_state_alone_or_with_others(tiny_llama_dir):
+    """The property exact verification stands on, for the whole model (its float first layer included)."""
     from transformers import DynamicCache
 
     model = load_target(str(tiny_llama_dir), dtype="int8").model
