@@ -60,20 +60,19 @@ EXAMPLE_RUNS = [
     ("tips", "Advice: a short list", "List three tips for staying focused while studying."),
 ]
 # Setting presets (the six tree settings of the panel). The papers' values suit 7B targets on a GPU, where
-# verifying 60 tokens costs about what one token costs. On a CPU verification grows with the tree: on this
-# project's 2-core machine `python -m ddd budget` and the benchmark found one drafted token fastest (still
-# slower than plain decoding, see README); the CPU preset verifies 6 tokens instead, so that the trees and
-# DDD's depth choice stay visible, for a few percent of speed (predicted 0.76x against 0.83x for DDD).
+# verifying 60 tokens costs about what one token costs. On a CPU verification grows with the tree; the CPU
+# preset verifies 6 tokens, a little more than the fastest 3-4 that `python -m ddd budget --dtype int8`
+# found, so that the trees and DDD's depth choice stay visible (predicted in int8: DDD 1.03x, EAGLE-2 0.94x).
 PRESETS = {
     "papers (GPU)": dict(e_top_k=10, e_calls=6, e_total=60, d_calls=11, d_checks="5,7,9", d_threshold=-0.3),
     "small CPU model": dict(e_top_k=8, e_calls=3, e_total=6, d_calls=8, d_checks="all", d_threshold=-0.3),
 }
-# The CPU's starting precision. int8 makes a verified tree cheap (8 tokens cost ~1.3 plain steps instead of
-# 2.2 in float32), which is where speculative decoding starts to pay on a CPU; its answers drift from
-# float32's (README: precision modes), and the panel switches back in one click.
+# The CPU's starting precision. int8 makes a verified tree cheap (4 tokens cost 1.2 plain steps against 1.7
+# in float32), which is where speculative decoding starts to pay on a CPU (README: 1.03x against 0.83x); its
+# answers drift from float32's (README: precision modes), and the panel switches back in one click.
 CPU_PRECISION = "int8"
-PRECISION_INFO = ("int8 (CPU only): the fastest here, answers drift a little from float32; bfloat16 drifts less "
-                  "and runs slower on most CPUs. Every method of a race uses the same one.")
+PRECISION_INFO = ("int8 (CPU only): verifying a tree costs least, so speculative decoding pays most; its answers "
+                  "differ from float32's. bfloat16 runs slower on most CPUs. All three methods use the one chosen.")
 # A third preset times this machine once (ddd.budget: about half a minute on two CPU cores) and fills in
 # the fastest predicted settings; both methods then verify the same number of tokens.
 MEASURED = "measure this machine"
