@@ -9,7 +9,8 @@ Attention has the same problem in a milder form: a tree token's keys sit among m
 token's do not, so the float32 reductions run in a different order and differ in the last bit; int8
 rounding downstream magnifies such bits into different logits. `exact` attention computes in float64 and
 rounds to float32 once, so both orders give the same float32 result (barring a tie at float64 precision).
-The linears the int8 mode leaves in float (`ExactLinear`, the first decoder layer) are computed the same way.
+The linears the int8 mode leaves in float (`ExactLinear`, the first decoder layer) are computed the same way,
+and so is every linear of bfloat16 and float16 on a CPU (`to_exact`).
 """
 from __future__ import annotations
 
@@ -37,7 +38,7 @@ class Int8Linear(nn.Module):
         super().__init__()
         self.in_features, self.out_features = linear.in_features, linear.out_features
         weight = linear.weight.detach().float().clone()
-        inv_smooth = torch.ones(self.in_features)
+        inv_smooth = None
         cols = torch.zeros(0, dtype=torch.long)
         if input_amax is not None:
             cols = input_amax.float().topk(min(outliers, self.in_features - 1)).indices.sort().values
@@ -66,7 +67,7 @@ class Int8Linear(nn.Module):
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         rows = x.reshape(-1, self.in_features).float()
-        smoothed = rows * self._inv_smooth
+        smoothed = rows if self._inv_smooth is None else rows * self._inv_smooth
         scale = smoothed.abs().amax(1, keepdim=True).clamp_min(torch.finfo(torch.float32).tiny)
         unit = torch.cat((smoothed / scale, self._span))
         out = torch.ops.quantized.linear_dynamic(unit, self._packed, True)[:-1] * scale
