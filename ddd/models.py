@@ -10,6 +10,7 @@ from pathlib import Path
 import torch
 from transformers import AutoModelForCausalLM, AutoTokenizer, PreTrainedModel, PreTrainedTokenizerBase
 
+from .precision import apply_precision
 from .settings import PRECISIONS
 
 DEFAULT_MODEL = "smollm2-135m-instruct"
@@ -110,7 +111,8 @@ def load_target(
     device: str = "cpu",
     attn: str = "sdpa",
 ) -> Target:
-    """Load the default model (name None or DEFAULT_MODEL), a local directory, or a hub id."""
+    """Load the default model (name None or DEFAULT_MODEL), a local directory, or a hub id. `attn` applies
+    to native kernels; int8, and bfloat16/float16 on a CPU, use exact attention (ddd/precision.py)."""
     if dtype not in DTYPES:
         raise ModelLoadError(f"Unknown dtype {dtype!r}; choose one of {', '.join(DTYPES)}.")
     if dtype == "int8" and device != "cpu":
@@ -132,15 +134,8 @@ def load_target(
         )
     model.to(device).eval()
     model.requires_grad_(False)
-    if dtype == "int8":
-        from .precision import to_int8
-
-        try:
-            to_int8(model, tokenizer)
-        except RuntimeError as err:  # e.g. a CPU whose quantized engine lacks per-channel dynamic linears
-            raise ModelLoadError(f"The int8 mode does not run on this CPU ({err}); use float32 or bfloat16.") from err
-    elif dtype in ("bfloat16", "float16") and device == "cpu":
-        from .precision import to_exact
-
-        to_exact(model)
+    try:
+        apply_precision(model, dtype, device, tokenizer)
+    except RuntimeError as err:  # e.g. a CPU whose quantized engine lacks per-channel dynamic int8 linears
+        raise ModelLoadError(f"The {dtype} mode does not run on this machine ({err}); use float32.") from err
     return Target(model=model, tokenizer=tokenizer, name=label, precision=dtype)

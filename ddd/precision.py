@@ -212,3 +212,13 @@ def to_exact(model: PreTrainedModel) -> PreTrainedModel:
     _replace_linears(model, lambda full, linear: ExactLinear(linear, keep_float_weight=full == "lm_head"))
     model.set_attn_implementation(EXACT_ATTENTION)
     return model
+
+
+def apply_precision(model: PreTrainedModel, precision: str, device: str, tokenizer=None) -> PreTrainedModel:
+    """What a precision mode does to a freshly loaded model beyond its float dtype: int8 quantizes; bfloat16
+    and float16 on a CPU compute exactly; elsewhere the native kernels stay."""
+    if precision == "int8":
+        return to_int8(model, tokenizer)
+    if precision in ("bfloat16", "float16") and device == "cpu":
+        return to_exact(model)
+    return model
