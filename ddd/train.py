@@ -12,8 +12,10 @@ in shard files. Finished shards are skipped when the command is run again.
 
 `fit` trains the head's fc and decoder layer (the target's embeddings and LM head stay frozen)
 with the EAGLE loss: SmoothL1 between predicted and true next features + 0.1 x cross-entropy of
-the draft logits against the next token, with uniform noise on the input features. Only answer
-positions count. Checkpoints are written periodically and `--resume` continues from the last one.
+the draft logits against the next token (or the target's whole distribution), with uniform noise on
+the input features. Answer positions count (`--positions all`: question tokens too), and `--level2`
+adds the loss one level deeper, where the head reads its own guesses as inside a draft tree.
+Checkpoints are written periodically and `--resume` continues from the last one.
 
 Alignment used throughout: for tokens x_0..x_n and features f_0..f_{n-1} (f_t is the target's
 feature after reading x_t), the head reads (embed(x_{t+1}), f_t) at position t and its output
@@ -33,14 +35,15 @@ from pathlib import Path
 import torch
 import torch.nn.functional as F
 from tqdm import tqdm
+from transformers import DynamicCache
 
 from .jsonl import read_jsonl
 
 DEFAULT_PROMPTS = "../shared/data/train_prompts.jsonl"
 SHARD_GLOB = "shard_*.pt"
-DATA_FORMAT = 1
+DATA_FORMAT = 2  # 2: greedy and sampled rows share one decoding loop (1: separate generate() calls)
 # Fields of the data run that must agree with an existing output directory for it to be resumed.
-_PLAN_KEYS = ("model", "prompts", "limit", "seed", "shard_size", "max_new_tokens", "max_prompt_tokens",
+_PLAN_KEYS = ("format", "model", "prompts", "limit", "seed", "shard_size", "max_new_tokens", "max_prompt_tokens",
               "sampled_fraction", "temperature")
 
 
@@ -139,83 +142,65 @@ def _plan(args, target) -> tuple[list[_Item], dict]:
     return items, plan
 
 
-class _NormCapture:
-    """Forward hook on the target's final norm: collects its outputs (the features) during generate()."""
-
-    def __init__(self, norm):
-        self.parts: list[torch.Tensor] = []
-        self.handle = norm.register_forward_hook(self._hook)
-
-    def _hook(self, module, inputs, output):
-        self.parts.append(output.detach().to(torch.float16))
-
-    def take(self) -> torch.Tensor:
-        out = torch.cat(self.parts, dim=1)
-        self.parts = []
-        return out
-
-    def close(self):
-        self.handle.remove()
-
-
 @torch.inference_mode()
-def _features(target, sequences: list[list[int]]) -> list[torch.Tensor]:
-    """Features f_0..f_{n-1} for each sequence by one plain forward (used when the capture cannot be)."""
-    out = []
-    for seq in sequences:
-        ids = torch.tensor([seq[:-1]], device=target.device)
-        hidden = target.model.model(input_ids=ids).last_hidden_state
-        out.append(hidden[0].to(torch.float16).cpu())
-    return out
+def _answer_batch(target, items: list[_Item], args, generator: torch.Generator) -> list[dict]:
+    """Answers for a batch of prompts in one left-padded decoding loop, greedy and sampled rows side by side.
 
-
-@torch.inference_mode()
-def _generate_batch(target, items: list[_Item], args, capture: _NormCapture) -> list[dict]:
-    """Left-padded batched generation; returns one sample dict per item."""
-    tokenizer = target.tokenizer
-    pad = tokenizer.pad_token_id
+    The features are the final norm's outputs that the loop computes anyway: prompt positions from the
+    prefill, then one per answer token read back. A static batch, so short prompts wait for long ones,
+    but each step multiplies all rows at once, which is what makes a 2-core CPU fast here.
+    """
+    model = target.model
+    device = target.device
     eos = target.eos_ids()
-    if pad is None:
-        pad = min(eos) if eos else 0
     width = max(len(item.ids) for item in items)
-    input_ids = torch.full((len(items), width), pad, dtype=torch.long)
+    ids = torch.zeros((len(items), width), dtype=torch.long)
     attention = torch.zeros((len(items), width), dtype=torch.long)
     for row, item in enumerate(items):
-        input_ids[row, width - len(item.ids):] = torch.tensor(item.ids)
+        ids[row, width - len(item.ids):] = torch.tensor(item.ids)
         attention[row, width - len(item.ids):] = 1
-    sampled = items[0].sampled
-    options = dict(do_sample=True, temperature=args.temperature, top_p=1.0, top_k=0) if sampled else dict(do_sample=False)
-    capture.parts = []
-    generated = target.model.generate(
-        input_ids=input_ids.to(target.device),
-        attention_mask=attention.to(target.device),
-        max_new_tokens=args.max_new_tokens,
-        pad_token_id=pad,
-        eos_token_id=sorted(eos) if eos else None,
-        **options,
-    ).cpu()
-    features = capture.take().cpu() if capture.parts else None
-    if features is not None and features.shape[1] != generated.shape[1] - 1:
-        features = None  # an unexpected number of forward calls: recompute below instead
+    ids, attention = ids.to(device), attention.to(device)
+    sampled = torch.tensor([item.sampled for item in items], device=device)
+    eos_ids = torch.tensor(sorted(eos) if eos else [-1], device=device)
+    positions = (attention.cumsum(-1) - 1).clamp(min=0)
+    cache = DynamicCache(config=model.config)
+    hidden = model.model(input_ids=ids, attention_mask=attention, position_ids=positions, cache=cache,
+                         use_cache=True).last_hidden_state
+    features = [hidden.to(torch.float16).cpu()]
+    answers: list[torch.Tensor] = []
+    done = torch.zeros(len(items), dtype=torch.bool, device=device)
+    position = positions[:, -1:]
+    for step in range(args.max_new_tokens):
+        logits = model.lm_head(hidden[:, -1]).float()
+        token = logits.argmax(-1)
+        if bool(sampled.any()):
+            drawn = torch.multinomial(torch.softmax(logits / args.temperature, -1), 1, generator=generator)[:, 0]
+            token = torch.where(sampled, drawn, token)
+        answers.append(token.cpu())
+        done |= torch.isin(token, eos_ids)
+        if bool(done.all()) or step == args.max_new_tokens - 1:
+            break
+        attention = torch.cat((attention, torch.ones_like(attention[:, :1])), dim=1)
+        position = position + 1
+        hidden = model.model(input_ids=token[:, None], attention_mask=attention, position_ids=position, cache=cache,
+                             use_cache=True).last_hidden_state
+        features.append(hidden.to(torch.float16).cpu())
+    answers_t, features_t = torch.stack(answers, dim=1), torch.cat(features, dim=1)
     samples = []
     for row, item in enumerate(items):
-        answer = generated[row, width:].tolist()
-        for position, token in enumerate(answer):
+        answer = answers_t[row].tolist()
+        for position_in_answer, token in enumerate(answer):
             if token in eos:
-                answer = answer[: position + 1]
+                answer = answer[: position_in_answer + 1]
                 break
-        ids = item.ids + answer
+        full = item.ids + answer
         start = width - len(item.ids)
-        feats = features[row, start: start + len(ids) - 1].clone() if features is not None else None
         samples.append({
-            "id": item.id, "index": item.index, "ids": torch.tensor(ids, dtype=torch.int32),
+            "id": item.id, "index": item.index, "ids": torch.tensor(full, dtype=torch.int32),
             "prompt_len": len(item.ids), "sampled": item.sampled, "truncated": item.truncated,
-            "finished": bool(answer) and answer[-1] in eos, "features": feats,
+            "finished": bool(answer) and answer[-1] in eos,
+            "features": features_t[row, start: start + len(full) - 1].clone(),
         })
-    missing = [s for s in samples if s["features"] is None]
-    if missing:
-        for sample, feats in zip(missing, _features(target, [s["ids"].tolist() for s in missing])):
-            sample["features"] = feats
     return samples
 
 
@@ -267,32 +252,28 @@ def cmd_data(args) -> int:
     if not todo:
         print("All shards are already there; nothing to do.")
         return 0
-    capture = _NormCapture(target.model.model.norm)
     bar = tqdm(total=len(items), desc="answers", unit="prompt", initial=len(items) - sum(
         len(items[n * args.shard_size:(n + 1) * args.shard_size]) for n in todo), dynamic_ncols=True)
     new_tokens = 0
     try:
         for number in todo:
             shard_started = time.time()
-            chunk = items[number * args.shard_size:(number + 1) * args.shard_size]
-            torch.manual_seed(args.seed * 100003 + number)
+            chunk = sorted(items[number * args.shard_size:(number + 1) * args.shard_size], key=lambda i: len(i.ids))
+            generator = torch.Generator(device=target.device).manual_seed(args.seed * 100003 + number)
             samples = []
-            for sampled in (False, True):
-                group = sorted((i for i in chunk if i.sampled == sampled), key=lambda i: len(i.ids))
-                for start in range(0, len(group), args.batch_size):
-                    batch = group[start:start + args.batch_size]
-                    made = _generate_batch(target, batch, args, capture)
-                    samples.extend(made)
-                    new_tokens += sum(len(s["ids"]) - s["prompt_len"] for s in made)
-                    bar.update(len(batch))
-                    bar.set_postfix(new_tokens=new_tokens, tok_s=f"{new_tokens / (time.time() - started):.0f}")
+            for start in range(0, len(chunk), args.batch_size):
+                batch = chunk[start:start + args.batch_size]
+                made = _answer_batch(target, batch, args, generator)
+                samples.extend(made)
+                new_tokens += sum(len(s["ids"]) - s["prompt_len"] for s in made)
+                bar.update(len(batch))
+                bar.set_postfix(new_tokens=new_tokens, tok_s=f"{new_tokens / (time.time() - started):.0f}")
             samples.sort(key=lambda s: s["index"])
             path = _shard_path(out, number)
             tmp = path.with_suffix(".tmp")
             torch.save({"format": DATA_FORMAT, "samples": samples, "wall_s": time.time() - shard_started}, tmp)
             tmp.replace(path)
     finally:
-        capture.close()
         bar.close()
         plan["wall_s"] += time.time() - started
         meta_path.write_text(json.dumps(plan, indent=2))
@@ -392,6 +373,17 @@ def choose_draft_vocab(ranking: torch.Tensor, size: int, eos: set[int]) -> torch
     return torch.tensor(sorted(keep), dtype=torch.long)
 
 
+def shared_prefix(samples: list[dict]) -> int:
+    """Length of the token prefix every sample's prompt starts with (a chat template's fixed system turn)."""
+    first = samples[0]["ids"][: samples[0]["prompt_len"]]
+    length = first.numel()
+    for sample in samples[1:]:
+        other = sample["ids"][: min(length, sample["prompt_len"])]
+        same = (other == first[: other.numel()]).long()
+        length = int(same.cumprod(0).sum())
+    return length
+
+
 def make_batches(samples: list[dict], batch_tokens: int, rng: random.Random) -> list[list[dict]]:
     """Length-grouped batches of about `batch_tokens` padded tokens, in random order."""
     order = samples[:]
@@ -413,11 +405,13 @@ def make_batches(samples: list[dict], batch_tokens: int, rng: random.Random) -> 
     return batches
 
 
-def collate(batch: list[dict], max_len: int) -> dict[str, torch.Tensor]:
-    """Right-padded ids (B, L), features f_0..f_{L-2} (B, L-1, H), and the answer-position loss mask (B, L-2).
+def collate(batch: list[dict], max_len: int, prefix: int | None = None) -> dict[str, torch.Tensor]:
+    """Right-padded ids (B, L), features f_0..f_{L-2} (B, L-1, H), and the loss mask (B, L-2).
 
     mask[b, t] is on where the head output h_t has both a target feature f_{t+1} and a next token
-    x_{t+2}, and x_{t+2} belongs to the answer (t >= prompt_len - 2).
+    x_{t+2}, and x_{t+2} belongs to the answer (t >= prompt_len - 2). With `prefix`, every token after
+    the first `prefix` ones counts, question tokens included: the features there are still the target's
+    own, so they teach the same mapping (the shared prefix, the chat template's system turn, teaches nothing).
     """
     lengths = [min(len(s["ids"]), max_len) for s in batch]
     width = max(lengths)
@@ -428,16 +422,22 @@ def collate(batch: list[dict], max_len: int) -> dict[str, torch.Tensor]:
     for row, (sample, n) in enumerate(zip(batch, lengths)):
         ids[row, :n] = sample["ids"][:n].long()
         feats[row, : n - 1] = sample["features"][: n - 1]
-        first = max(0, sample["prompt_len"] - 2)
+        first = max(0, (sample["prompt_len"] if prefix is None else prefix) - 2)
         if n - 2 > first:
             mask[row, first: n - 2] = True
     return {"ids": ids, "features": feats, "mask": mask}
 
 
 class HeadTrainer:
-    """The EAGLE loss on batches from `collate`, with the target's embeddings and LM head frozen."""
+    """The EAGLE loss on batches from `collate`, with the target's embeddings and LM head frozen.
 
-    def __init__(self, target, head, ce_weight: float = 0.1, noise: float = 0.2, soft: bool = False):
+    level2 > 0 adds the same loss one level deeper at that share of positions: there the head reads its own
+    guess of the feature (its level-one output one position back) while attending to the real-feature context
+    before it, exactly what its second call inside a draft tree sees.
+    """
+
+    def __init__(self, target, head, ce_weight: float = 0.1, noise: float = 0.2, soft: bool = False,
+                 level2: float = 0.0):
         self.target = target
         self.head = head
         self.ce_weight = ce_weight
@@ -445,6 +445,7 @@ class HeadTrainer:
         # feature) rather than its one sampled token; the tree needs the draft's top-k order, not just top-1
         self.soft = soft
         self.noise = noise
+        self.level2 = level2
         self.embed = target.model.model.embed_tokens
         weight = target.model.lm_head.weight.detach()
         rows = head.draft_to_target()
@@ -457,19 +458,32 @@ class HeadTrainer:
             t2d[rows.to(weight.device)] = torch.arange(rows.numel(), device=weight.device)
         self.t2d = t2d
 
-    def forward(self, batch: dict[str, torch.Tensor], noise: bool, features: torch.Tensor | None = None):
+    def forward(self, batch: dict[str, torch.Tensor], noise: bool, cache: DynamicCache | None = None):
+        """Level one: (predicted h_t, true f_{t+1}, next token x_{t+2}, embed(x_{t+1})) for every position t."""
         device = self.lm_weight.device
         ids = batch["ids"].to(device)
         feats = batch["features"].to(device=device, dtype=self.lm_weight.dtype)
         width = ids.shape[1] - 2
         with torch.no_grad():
             embeds = self.embed(ids[:, 1:1 + width]).to(self.lm_weight.dtype)
-        inputs = feats[:, :width] if features is None else features
+        inputs = feats[:, :width]
         if noise and self.noise > 0:
             inputs = inputs + (torch.rand_like(inputs) - 0.5) * self.noise
         positions = torch.arange(width, device=device).unsqueeze(0).expand(ids.shape[0], -1)
-        predicted = self.head(embeds=embeds, features=inputs, position_ids=positions)
-        return predicted, feats[:, 1:1 + width], ids[:, 2:2 + width]
+        predicted = self.head(embeds=embeds, features=inputs, position_ids=positions, cache=cache)
+        return predicted, feats[:, 1:1 + width], ids[:, 2:2 + width], embeds
+
+    def deeper(self, embeds: torch.Tensor, guesses: torch.Tensor, columns: torch.Tensor, cache: DynamicCache) -> torch.Tensor:
+        """Level two at positions `columns` (each >= 1): t reads (embed(x_{t+1}), guesses[t - 1]) and attends to the
+        level-one positions before t, held in `cache`, and to itself."""
+        width, count = embeds.shape[1], columns.numel()
+        device = embeds.device
+        mask = torch.zeros((count, width + count), dtype=torch.bool, device=device)
+        mask[:, :width] = torch.arange(width, device=device)[None] < columns[:, None]
+        mask[:, width:] = torch.eye(count, dtype=torch.bool, device=device)
+        positions = columns[None].expand(embeds.shape[0], -1)
+        return self.head(embeds=embeds[:, columns], features=guesses[:, columns - 1], position_ids=positions,
+                         attention_mask=mask[None, None], cache=cache)
 
     def soft_ce(self, logits: torch.Tensor, true_next: torch.Tensor) -> torch.Tensor:
         """Cross-entropy of the draft logits against the target's distribution, read from the true next feature
@@ -478,13 +492,8 @@ class HeadTrainer:
             wanted = torch.softmax(true_next.float() @ self.lm_weight.T.float(), dim=-1)
         return -(wanted * torch.log_softmax(logits.float(), dim=-1)).sum(-1).mean()
 
-    def loss(self, batch: dict[str, torch.Tensor], noise: bool = True) -> tuple[torch.Tensor, dict[str, float]]:
-        mask = batch["mask"].to(self.lm_weight.device)
-        if mask.shape[1] == 0 or not bool(mask.any()):
-            zero = sum(p.sum() * 0 for p in self.head.parameters())
-            return zero, {"reg": 0.0, "ce": 0.0, "acc": 0.0, "tokens": 0}
-        predicted, true_next, next_tokens = self.forward(batch, noise)
-        out, want, tokens = predicted[mask], true_next[mask], next_tokens[mask]
+    def terms(self, out: torch.Tensor, want: torch.Tensor, tokens: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor, float]:
+        """Feature regression, cross-entropy and top-1 accuracy of predicted features `out` (N, H)."""
         reg = F.smooth_l1_loss(out, want)
         logits = out @ self.lm_weight.T
         if self.soft:
@@ -492,42 +501,64 @@ class HeadTrainer:
         else:
             labels = self.t2d[tokens]
             ce = F.cross_entropy(logits, labels, ignore_index=-1) if bool((labels >= 0).any()) else logits.sum() * 0
-        total = reg + self.ce_weight * ce
         with torch.no_grad():
             top = logits.argmax(-1)
             top = top if self.rows is None else self.rows.to(top.device)[top]
             acc = float((top == tokens).float().mean())
-        return total, {"reg": float(reg.detach()), "ce": float(ce.detach()), "acc": acc, "tokens": int(mask.sum())}
+        return reg, ce, acc
+
+    def _level2_columns(self, width: int, share: float) -> torch.Tensor:
+        columns = torch.arange(1, width, device=self.lm_weight.device)
+        if share >= 1.0:
+            return columns
+        keep = max(1, round(share * columns.numel()))
+        return columns[torch.randperm(columns.numel(), device=columns.device)[:keep].sort().values]
+
+    def loss(self, batch: dict[str, torch.Tensor], noise: bool = True,
+             level2: float | None = None) -> tuple[torch.Tensor, dict[str, float]]:
+        level2 = self.level2 if level2 is None else level2
+        mask = batch["mask"].to(self.lm_weight.device)
+        if mask.shape[1] == 0 or not bool(mask.any()):
+            zero = sum(p.sum() * 0 for p in self.head.parameters())
+            return zero, {"reg": 0.0, "ce": 0.0, "acc": 0.0, "tokens": 0}
+        cache = DynamicCache(config=self.head.config) if level2 > 0 and mask.shape[1] > 1 else None
+        predicted, true_next, next_tokens, embeds = self.forward(batch, noise, cache)
+        reg, ce, acc = self.terms(predicted[mask], true_next[mask], next_tokens[mask])
+        total = reg + self.ce_weight * ce
+        parts = {"reg": float(reg.detach()), "ce": float(ce.detach()), "acc": acc, "tokens": int(mask.sum())}
+        if cache is not None:
+            columns = self._level2_columns(mask.shape[1], level2)
+            deep_mask = mask[:, columns]
+            if bool(deep_mask.any()):
+                deep = self.deeper(embeds, predicted.detach(), columns, cache)
+                reg2, ce2, acc2 = self.terms(deep[deep_mask], true_next[:, columns][deep_mask], next_tokens[:, columns][deep_mask])
+                total = total + reg2 + self.ce_weight * ce2
+                parts |= {"acc2": acc2, "tokens2": int(deep_mask.sum())}
+        return total, parts
 
     @torch.no_grad()
     def evaluate(self, batches: list[dict[str, torch.Tensor]]) -> dict[str, float]:
-        """Held-out loss and top-1 accuracy (true features), and top-1 accuracy one level deeper, where the
-        head reads its own predicted features instead of the target's (as it does inside a draft tree)."""
+        """Held-out loss and top-1 accuracy (true features, no noise), and top-1 accuracy one level deeper
+        (the head reading its own guess of the feature, as in a draft tree's second call)."""
         was_training = self.head.training
         self.head.eval()
         sums = {"loss": 0.0, "reg": 0.0, "ce": 0.0, "acc": 0.0, "acc_self": 0.0}
-        count = 0
+        count = count2 = 0
         for batch in batches:
-            mask = batch["mask"].to(self.lm_weight.device)
-            n = int(mask.sum())
+            _, parts = self.loss(batch, noise=False, level2=1.0)
+            n = parts["tokens"]
             if n == 0:
                 continue
-            total, parts = self.loss(batch, noise=False)
-            sums["loss"] += float(total) * n
+            sums["loss"] += (parts["reg"] + self.ce_weight * parts["ce"]) * n
             for key in ("reg", "ce", "acc"):
                 sums[key] += parts[key] * n
-            # Level two: position t reads h_{t-1} (the head's guess of f_t) instead of f_t.
-            first, _, _ = self.forward(batch, noise=False)
-            feats = batch["features"].to(device=first.device, dtype=first.dtype)
-            own = torch.cat((feats[:, :1], first[:, :-1]), dim=1)
-            second, _, next_tokens = self.forward(batch, noise=False, features=own)
-            logits = second[mask] @ self.lm_weight.T
-            top = logits.argmax(-1)
-            top = top if self.rows is None else self.rows.to(top.device)[top]
-            sums["acc_self"] += float((top == next_tokens[mask]).float().sum())
             count += n
+            if "tokens2" in parts:
+                sums["acc_self"] += parts["acc2"] * parts["tokens2"]
+                count2 += parts["tokens2"]
         self.head.train(was_training)
-        return {k: v / max(1, count) for k, v in sums.items()} | {"tokens": count}
+        out = {k: v / max(1, count) for k, v in sums.items() if k != "acc_self"}
+        return out | {"acc_self": sums["acc_self"] / max(1, count2), "tokens": count}
 
 
 def _lr_factor(step: int, warmup: int, total: int, floor: float = 0.05) -> float:
@@ -555,6 +586,8 @@ def cmd_fit(args) -> int:
         raise TrainError("--lr must be positive.")
     if not 0 <= args.heldout < 0.5:
         raise TrainError("--heldout must lie in [0, 0.5).")
+    if not 0 <= args.level2 <= 1:
+        raise TrainError("--level2 must lie in [0, 1].")
     if args.draft_vocab < 0:
         raise TrainError("--draft-vocab must be 0 (the full vocabulary) or a positive number of tokens.")
     if args.threads:
@@ -594,7 +627,9 @@ def cmd_fit(args) -> int:
 
     head = new_head(target, draft_vocab=vocab, seed=args.seed)
     head.train().requires_grad_(True)
-    trainer = HeadTrainer(target, head, ce_weight=args.ce_weight, noise=args.noise, soft=args.ce_target == "target")
+    trainer = HeadTrainer(target, head, ce_weight=args.ce_weight, noise=args.noise, soft=args.ce_target == "target",
+                          level2=args.level2)
+    prefix = shared_prefix(samples) if args.positions == "all" else None
     optimizer = torch.optim.AdamW(head.parameters(), lr=args.lr, betas=(0.9, 0.95), weight_decay=args.weight_decay)
     warmup = args.warmup if args.warmup is not None else max(1, args.steps // 20)
     scheduler = torch.optim.lr_scheduler.LambdaLR(optimizer, lambda s: _lr_factor(s, warmup, args.steps))
@@ -615,6 +650,7 @@ def cmd_fit(args) -> int:
         "draft_vocab_coverage_heldout": covered, "vocab_prompt_weight": args.vocab_prompt_weight,
         "coverage_heldout": {str(n): round(v, 4) for n, v in cover_held.items()},
         "ce_weight": args.ce_weight, "ce_target": args.ce_target, "noise": args.noise, "lr": args.lr, "batch_tokens": args.batch_tokens,
+        "positions": args.positions, "level2": args.level2,
     }
 
     def export(final: bool) -> None:
@@ -632,7 +668,7 @@ def cmd_fit(args) -> int:
 
     started = time.time() - elapsed
     bar = tqdm(total=args.steps, initial=step, desc="fit", unit="step", dynamic_ncols=True)
-    window = {"loss": 0.0, "reg": 0.0, "ce": 0.0, "acc": 0.0, "n": 0}
+    window = {"loss": 0.0, "reg": 0.0, "ce": 0.0, "acc": 0.0, "acc2": 0.0, "n": 0}
     batches: list[list[dict]] = []
     # Rebuild the current epoch's order, then skip what earlier runs already did.
     done_in_epoch = 0
@@ -644,7 +680,7 @@ def cmd_fit(args) -> int:
             epoch += 1 if batches else 0
             batches = make_batches(train, args.batch_tokens, random.Random(args.seed * 7919 + epoch))
             done_in_epoch = 0
-        batch = collate(batches[done_in_epoch], args.max_len)
+        batch = collate(batches[done_in_epoch], args.max_len, prefix)
         done_in_epoch += 1
         loss, parts = trainer.loss(batch, noise=True)
         optimizer.zero_grad(set_to_none=True)
@@ -654,8 +690,8 @@ def cmd_fit(args) -> int:
         scheduler.step()
         step += 1
         loss_value = float(loss.detach())
-        for key in ("reg", "ce", "acc"):
-            window[key] += parts[key]
+        for key in ("reg", "ce", "acc", "acc2"):
+            window[key] += parts.get(key, 0.0)
         window["loss"] += loss_value
         window["n"] += 1
         bar.update(1)
@@ -665,8 +701,9 @@ def cmd_fit(args) -> int:
             record = {"step": step, "epoch": epoch, "lr": scheduler.get_last_lr()[0],
                       "train_loss": window["loss"] / n, "train_reg": window["reg"] / n,
                       "train_ce": window["ce"] / n, "train_acc": window["acc"] / n,
+                      **({"train_acc_level2": window["acc2"] / n} if args.level2 > 0 else {}),
                       "elapsed_s": round(time.time() - started, 1)}
-            window = {"loss": 0.0, "reg": 0.0, "ce": 0.0, "acc": 0.0, "n": 0}
+            window = {"loss": 0.0, "reg": 0.0, "ce": 0.0, "acc": 0.0, "acc2": 0.0, "n": 0}
             if held_batches:
                 ev = trainer.evaluate(held_batches)
                 record |= {"heldout_loss": ev["loss"], "heldout_reg": ev["reg"], "heldout_ce": ev["ce"],
@@ -708,7 +745,7 @@ def build_parser() -> argparse.ArgumentParser:
     data.add_argument("--limit", type=int, default=None, help="use this many prompts (a seeded shuffle of the file)")
     data.add_argument("--max-new-tokens", type=int, default=200)
     data.add_argument("--max-prompt-tokens", type=int, default=320, help="longer questions are cut to fit")
-    data.add_argument("--batch-size", type=int, default=32)
+    data.add_argument("--batch-size", type=int, default=64, help="prompts decoded together")
     data.add_argument("--shard-size", type=int, default=64, help="prompts per shard file (the unit of resuming)")
     data.add_argument("--sampled-fraction", type=float, default=0.3, help="share of answers sampled instead of greedy")
     data.add_argument("--temperature", type=float, default=0.7, help="temperature of the sampled answers")
@@ -731,6 +768,10 @@ def build_parser() -> argparse.ArgumentParser:
     fit.add_argument("--ce-target", choices=("token", "target"), default="token",
                      help="cross-entropy against the next token (EAGLE) or the target's whole next-token distribution")
     fit.add_argument("--noise", type=float, default=0.2, help="width of the uniform noise on input features")
+    fit.add_argument("--positions", choices=("answer", "all"), default="answer",
+                     help="learn from answer tokens only, or from every token after the prompts' shared prefix")
+    fit.add_argument("--level2", type=float, default=0.0,
+                     help="share of positions that also learn one level deeper, from the head's own features (0: off)")
     fit.add_argument("--draft-vocab", type=int, default=8192,
                      help="keep the N most frequent answer tokens as the draft vocabulary (0: the full vocabulary)")
     fit.add_argument("--vocab-prompt-weight", type=float, default=0.1,

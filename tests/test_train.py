@@ -159,6 +159,68 @@ def test_collate_mask_covers_answer_positions_only():
     assert batch["mask"][0].nonzero().flatten().tolist() == [2, 3, 4, 5, 6, 7]
 
 
+def test_collate_with_a_prefix_learns_from_question_tokens_too():
+    sample = {"ids": torch.arange(10, dtype=torch.int32), "prompt_len": 4,
+              "features": torch.zeros(9, 8, dtype=torch.float16)}
+    batch = train.collate([sample], max_len=64, prefix=3)
+    # Every token after the 3 shared ones: x_3..x_9 are predicted by h_1..h_7.
+    assert batch["mask"][0].nonzero().flatten().tolist() == [1, 2, 3, 4, 5, 6, 7]
+
+
+def test_shared_prefix_is_the_prompts_common_start():
+    samples = [{"ids": torch.tensor(ids), "prompt_len": n} for ids, n in
+               [([5, 6, 7, 8, 9], 4), ([5, 6, 7, 1, 2, 3], 5), ([5, 6, 7, 8], 3)]]
+    assert train.shared_prefix(samples) == 3
+
+
+def test_level_two_sees_what_a_second_draft_call_sees(tiny_model):
+    """Level two at position t reads the head's own guess for f_t and attends to the real-feature context
+    before t: the same output as running the head on that context and then the one guessed position."""
+    from transformers import DynamicCache
+
+    from ddd.head import new_head
+    from ddd.models import load_target
+
+    target = load_target(str(tiny_model))
+    head = new_head(target).eval()
+    trainer = train.HeadTrainer(target, head)
+    torch.manual_seed(0)
+    width, hidden = 7, target.hidden_size
+    embeds, feats, guesses = (torch.randn(1, width, hidden) for _ in range(3))
+    positions = torch.arange(width)[None]
+    cache = DynamicCache(config=head.config)
+    with torch.no_grad():
+        head(embeds=embeds, features=feats, position_ids=positions, cache=cache)
+        deep = trainer.deeper(embeds, guesses, torch.tensor([1, 4, 6]), cache)
+        for column, out in zip([1, 4, 6], deep[0]):
+            inputs = feats[:, : column + 1].clone()
+            inputs[:, column] = guesses[:, column - 1]
+            alone = head(embeds=embeds[:, : column + 1], features=inputs, position_ids=positions[:, : column + 1])
+            torch.testing.assert_close(out, alone[0, -1], rtol=1e-4, atol=1e-5)
+
+
+def test_level_two_training_lowers_the_deeper_loss(tiny_model, prompts, tmp_path):
+    from ddd.head import new_head
+    from ddd.models import load_target
+
+    data_dir = tmp_path / "data"
+    assert train.main(_data_args(tiny_model, prompts, data_dir, "--limit", "6")) == 0
+    samples, _ = train.load_samples(data_dir)
+    target = load_target(str(tiny_model))
+    head = new_head(target).train().requires_grad_(True)
+    trainer = train.HeadTrainer(target, head, level2=0.5)
+    batch = train.collate(samples, max_len=512)
+    optimizer = torch.optim.AdamW(head.parameters(), lr=3e-3)
+    before = trainer.evaluate([batch])["acc_self"]
+    for _ in range(30):
+        loss, parts = trainer.loss(batch, noise=False)
+        optimizer.zero_grad()
+        loss.backward()
+        optimizer.step()
+    assert parts["tokens2"] > 0
+    assert trainer.evaluate([batch])["acc_self"] > before + 0.3
+
+
 def test_bad_arguments(tmp_path, capsys):
     missing = tmp_path / "nope.jsonl"
     assert train.main(["data", "--prompts", str(missing), "--out", str(tmp_path / "d")]) == 2
