@@ -30,6 +30,16 @@ def top2_gap(target, ids):
     return float(top[0] - top[1])
 
 
+def test_the_shipped_head_belongs_to_the_default_model_and_its_drafts_get_accepted(default):
+    from ddd.head import SHIPPED_HEAD
+
+    target, head = default
+    assert head.name == str(SHIPPED_HEAD)
+    run = generate(target, head, PROMPTS[1], "eagle2", max_new_tokens=48)
+    list(run)
+    assert run.trace.summary["tau"] > 1.2  # tokens per target forward; a random head gives about 1.0
+
+
 @pytest.mark.parametrize("method", ["eagle2", "ddd"])
 def test_speculative_greedy_reproduces_plain_greedy(default, method):
     target, head = default
