@@ -37,6 +37,7 @@ import torch.nn.functional as F
 from tqdm import tqdm
 from transformers import DynamicCache
 
+from . import distill
 from .jsonl import read_jsonl
 
 DEFAULT_PROMPTS = "../shared/data/train_prompts.jsonl"
@@ -728,7 +729,7 @@ def main(argv: list[str] | None = None) -> int:
     args = parser.parse_args(argv)
     try:
         return args.func(args)
-    except TrainError as err:
+    except (TrainError, distill.DistillError) as err:
         print(f"error: {err}", file=sys.stderr)
         return 2
 
@@ -736,6 +737,7 @@ def main(argv: list[str] | None = None) -> int:
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="python -m ddd.train", description=__doc__.split("\n\n")[0])
     sub = parser.add_subparsers(dest="command", required=True)
+    distill.add_parser(sub)
 
     data = sub.add_parser("data", help="generate the target's own answers and store its features")
     data.add_argument("--prompts", default=DEFAULT_PROMPTS, help="JSONL with `prompt` (or MT-bench `turns`)")

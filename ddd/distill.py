@@ -1,0 +1,414 @@
+"""Stage one of the draft-head recipe: distillation from text, teacher-forced.
+
+    python -m ddd.train distill --out runs/head-distill --minutes 110            # first run
+    python -m ddd.train distill --out runs/head-distill --minutes 110 --resume   # the next stage of the chain
+
+The target reads whole texts (a user turn and an answer, through the chat template) in one forward per
+batch, so a position of training signal costs a small part of a decoded token. At every position the
+target's own next-token distribution over the draft vocabulary is the label, and its features at three
+layers are the EAGLE-3 head's input; nothing is stored but checkpoints.
+
+The head trains with training-time test (docs/training.md): level j of the unrolled head reads its own
+output of level j-1 and attends to the real context plus its own chain, exactly as a node j+1 deep in a
+draft tree does. For tokens x_0..x_{T-1}, target features a_i (after reading x_i) and target distributions
+p_i (of x_{i+1}), level j at index i reads (embed(x_{i+1+j}), level j-1's output at i), sits at position
+i+j, and is scored against p_{i+1+j}.
+"""
+from __future__ import annotations
+
+import argparse
+import random
+import time
+import zlib
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import torch
+import torch.nn.functional as F
+from transformers import DynamicCache
+
+from .jsonl import read_jsonl
+
+DEFAULT_CORPUS = ("../shared/data/corpus/alpaca_eval_open_models.jsonl", "../shared/data/corpus/gsm8k_train.jsonl")
+HELDOUT_EVERY = 50  # one prompt in 50 (by a hash of its text) is held out, with every answer to it
+
+
+class DistillError(ValueError):
+    """A bad argument or input for distillation; the message says what to change."""
+
+
+@dataclass
+class Text:
+    key: str  # the user turn: answers to one prompt stay on one side of the held-out split
+    ids: list[int]
+
+
+@dataclass
+class Batch:
+    ids: torch.Tensor  # (B, T) right-padded
+    lengths: torch.Tensor  # (B,)
+
+
+def is_heldout(key: str) -> bool:
+    return zlib.crc32(key.encode("utf-8", "surrogatepass")) % HELDOUT_EVERY == 0
+
+
+def read_texts(corpus: list[str], prompts: str | None, tokenizer, max_len: int) -> list[Text]:
+    """Chat-templated token ids: corpus rows as a user turn plus its answer, prompts as a user turn alone."""
+    turns: list[tuple[str, list[dict], bool]] = []
+    for path in corpus:
+        if not Path(path).is_file():
+            raise DistillError(f"Corpus file {path} does not exist.")
+        for number, row in read_jsonl(Path(path), DistillError):
+            prompt, response = (row.get("prompt"), row.get("response")) if isinstance(row, dict) else (None, None)
+            if not (isinstance(prompt, str) and isinstance(response, str) and prompt.strip() and response.strip()):
+                raise DistillError(f"{path}:{number} needs non-empty `prompt` and `response` strings.")
+            turns.append((prompt, [{"role": "user", "content": prompt}, {"role": "assistant", "content": response}],
+                          False))
+    if prompts:
+        from .train import read_prompts
+
+        for row in read_prompts(prompts):
+            turns.append((row["prompt"], [{"role": "user", "content": row["prompt"]}], True))
+    if not turns:
+        raise DistillError("No texts to distil from: give --corpus files or --prompts.")
+    texts = [tokenizer.apply_chat_template(messages, tokenize=False, add_generation_prompt=question)
+             for _, messages, question in turns]
+    encoded = tokenizer(texts, add_special_tokens=False)["input_ids"]
+    return [Text(key, ids[:max_len]) for (key, _, _), ids in zip(turns, encoded) if len(ids) >= 3]
+
+
+def template_prefix(tokenizer) -> int:
+    """Tokens every chat-templated text starts with (a fixed system turn): too easy to count as signal."""
+    a, b = ([tokenizer.apply_chat_template([{"role": "user", "content": c}], tokenize=False)] for c in ("a", "b"))
+    ids_a, ids_b = (tokenizer(t, add_special_tokens=False)["input_ids"][0] for t in (a, b))
+    n = 0
+    while n < min(len(ids_a), len(ids_b)) and ids_a[n] == ids_b[n]:
+        n += 1
+    return n
+
+
+def make_batches(texts: list[Text], batch_tokens: int, rng: random.Random) -> list[list[Text]]:
+    """Texts of similar length together, at most `batch_tokens` padded tokens a batch; batches shuffled."""
+    order = sorted(texts, key=lambda t: len(t.ids))
+    batches, current = [], []
+    for text in order:
+        if current and (len(current) + 1) * len(text.ids) > batch_tokens:
+            batches.append(current)
+            current = []
+        current.append(text)
+    if current:
+        batches.append(current)
+    rng.shuffle(batches)
+    return batches
+
+
+def collate(texts: list[Text], pad_id: int) -> Batch:
+    width = max(len(t.ids) for t in texts)
+    ids = torch.full((len(texts), width), pad_id, dtype=torch.long)
+    for row, text in enumerate(texts):
+        ids[row, : len(text.ids)] = torch.tensor(text.ids)
+    return Batch(ids, torch.tensor([len(t.ids) for t in texts]))
+
+
+@dataclass
+class Teacher:
+    """What the target says about a batch: the head's input features and the labels."""
+
+    aux: torch.Tensor  # (B, T, 3H) features at the head's three layers
+    label_logp: torch.Tensor  # (B, T, V_draft) the target's log-probabilities, renormalised over the draft vocabulary
+    argmax: torch.Tensor | None  # (B, T) the target's most likely next token over its whole vocabulary (evaluation)
+
+
+def teach(target, head, batch: Batch, bf16: bool, argmax: bool = False) -> Teacher:
+    """One teacher-forced target forward; bf16 autocast makes it about three times faster on a CPU."""
+    vocab = head.draft_to_target()
+    with torch.no_grad(), torch.autocast(target.device.type, dtype=torch.bfloat16, enabled=bf16):
+        out = target.model.model(input_ids=batch.ids.to(target.device), output_hidden_states=True)
+        aux = torch.cat([out.hidden_states[i] for i in head.aux_layers], dim=-1).float()
+        last = out.last_hidden_state
+        draft_logits = (last @ target.lm_weight[vocab].T).float()
+        best = (last @ target.lm_weight.T).argmax(-1) if argmax else None
+    return Teacher(aux, F.log_softmax(draft_logits, dim=-1), best)
+
+
+def level_mask(n: int, level: int, device) -> torch.Tensor:
+    """Level j's queries see the real context causally and, for each earlier level and their own, only
+    themselves: the chain of guesses that led to them (boolean, True = attend)."""
+    causal = torch.ones(n, n, dtype=torch.bool, device=device).tril()
+    eye = torch.eye(n, dtype=torch.bool, device=device)
+    return torch.cat([causal] + [eye] * level, dim=1)[None, None]
+
+
+def _shifted(x: torch.Tensor, shift: int, n: int) -> torch.Tensor:
+    """x[:, shift : shift + n], zero-padded on the right where it runs past the end."""
+    piece = x[:, shift : shift + n]
+    missing = n - piece.shape[1]
+    if missing > 0:
+        piece = torch.cat((piece, piece.new_zeros(piece.shape[0], missing, *piece.shape[2:])), dim=1)
+    return piece
+
+
+@dataclass
+class LevelStats:
+    loss: list[float] = field(default_factory=list)
+    agree: list[float] = field(default_factory=list)  # top-1 agreement with the target's whole-vocabulary argmax
+    count: list[int] = field(default_factory=list)
+
+
+def unrolled_loss(head, embed, batch: Batch, teacher: Teacher, levels: int, decay: float, prefix: int,
+                  bf16: bool, score_share: float = 1.0) -> tuple[torch.Tensor, LevelStats]:
+    """The training-time-test loss over `levels` draft levels: KL divergence from the target's distribution,
+    level j weighted decay**j. With `score_share` < 1 each level scores a random share of its positions:
+    the draft LM head over them is most of a step's cost, and neighbouring positions teach much the same."""
+    ids = batch.ids.to(teacher.aux.device)
+    n = ids.shape[1] - 1
+    index = torch.arange(n, device=ids.device)
+    cache = DynamicCache(config=head.config)
+    vocab = head.draft_to_target()
+    total, weights, stats = 0.0, 0.0, LevelStats()
+    hidden = None
+    for level in range(levels):
+        label_at = index + 1 + level  # the position whose distribution this level predicts
+        valid = (label_at[None] <= batch.lengths[:, None].to(ids.device) - 1) & (label_at[None] >= prefix)
+        if score_share < 1:
+            valid &= torch.rand(valid.shape, device=valid.device) < score_share
+        if not valid.any():
+            break
+        with torch.autocast(ids.device.type, dtype=torch.bfloat16, enabled=bf16):
+            if level == 0:
+                hidden = head.fuse(teacher.aux[:, :n])
+            out = head(embed(_shifted(ids, 1 + level, n)), hidden, (index + level)[None],
+                       level_mask(n, level, ids.device), cache)
+            logits = head.logits(out[valid])
+        logq = F.log_softmax(logits.float(), dim=-1)
+        label = _shifted(teacher.label_logp, 1 + level, n)[valid]
+        # KL rather than cross-entropy: the same gradient, and 0 means the head matches the target exactly.
+        loss = (label.exp() * (label - logq)).sum(-1).mean()
+        total = total + decay**level * loss
+        weights += decay**level
+        guess = vocab[logq.argmax(-1)]
+        best = label.argmax(-1) if teacher.argmax is None else None
+        agree = guess == (vocab[best] if best is not None else _shifted(teacher.argmax, 1 + level, n)[valid])
+        stats.loss.append(float(loss.detach()))
+        stats.agree.append(float(agree.float().mean()))
+        stats.count.append(int(valid.sum()))
+        hidden = out
+    return total / weights, stats
+
+
+def evaluate(target, head, batches: list[Batch], levels: int, prefix: int, bf16: bool) -> dict[str, float]:
+    """Held-out loss and top-1 agreement at each level, averaged over positions."""
+    loss, agree, count = [0.0] * levels, [0.0] * levels, [0] * levels
+    head.eval()
+    with torch.no_grad():
+        for batch in batches:
+            teacher = teach(target, head, batch, bf16, argmax=True)
+            _, stats = unrolled_loss(head, target.model.get_input_embeddings(), batch, teacher, levels, 1.0,
+                                     prefix, bf16)
+            for level, n in enumerate(stats.count):
+                loss[level] += stats.loss[level] * n
+                agree[level] += stats.agree[level] * n
+                count[level] += n
+    head.train()
+    out = {}
+    for level in range(levels):
+        if count[level]:
+            out[f"loss{level + 1}"] = loss[level] / count[level]
+            out[f"agree{level + 1}"] = agree[level] / count[level]
+    return out
+
+
+def _texts(args, target, cache_dir: Path) -> list[Text]:
+    """Tokenised texts, cached beside the checkpoint so that a resumed stage starts at once."""
+    source = {"corpus": list(args.corpus), "prompts": args.prompts, "max_len": args.max_len, "model": target.name}
+    path = cache_dir / "texts.pt"
+    if path.exists():
+        cached = torch.load(path, weights_only=False)
+        if cached["source"] == source:
+            return [Text(k, ids) for k, ids in cached["texts"]]
+    texts = read_texts(list(args.corpus), args.prompts, target.tokenizer, args.max_len)
+    cache_dir.mkdir(parents=True, exist_ok=True)
+    torch.save({"source": source, "texts": [(t.key, t.ids) for t in texts]}, path)
+    return texts
+
+
+def draft_vocabulary(texts: list[Text], vocab_size: int, size: int, eos: set[int]) -> torch.Tensor:
+    """The `size` most frequent target tokens of the training texts, always with the end-of-turn tokens."""
+    from .train import choose_draft_vocab
+
+    counts = torch.bincount(torch.tensor([i for t in texts for i in t.ids]), minlength=vocab_size)
+    return choose_draft_vocab(counts.argsort(descending=True, stable=True), size, eos)
+
+
+def _check(args) -> None:
+    for name in ("steps", "batch_tokens", "levels", "max_len", "eval_every", "draft_vocab"):
+        if getattr(args, name) < 1:
+            raise DistillError(f"--{name.replace('_', '-')} must be at least 1.")
+    if args.run_steps < 0:
+        raise DistillError("--run-steps must be 0 (no limit) or a positive number of steps.")
+    if args.lr <= 0 or args.minutes <= 0 or not 0 < args.decay <= 1 or not 0 < args.score_share <= 1:
+        raise DistillError("--lr and --minutes must be positive, --decay and --score-share in (0, 1].")
+
+
+def cmd_distill(args) -> int:
+    from .eagle3 import new_eagle3_head
+    from .head import load_head, save_head
+    from .models import load_target
+    from .train import _lr_factor, _save_checkpoint
+
+    _check(args)
+    began = time.time()
+    if args.threads:
+        torch.set_num_threads(args.threads)
+    ckpt_dir = Path(args.ckpt_dir)
+    ckpt_path = ckpt_dir / "checkpoint.pt"
+    state = None
+    if args.resume:
+        if not ckpt_path.exists():
+            raise DistillError(f"--resume: no checkpoint at {ckpt_path}.")
+        state = torch.load(ckpt_path, map_location="cpu", weights_only=False)
+    target = load_target(args.model, device=args.device)
+    texts = _texts(args, target, ckpt_dir)
+    train = [t for t in texts if not is_heldout(t.key)]
+    held = [t for t in texts if is_heldout(t.key)][: args.eval_texts]
+    prefix = template_prefix(target.tokenizer)
+    positions = sum(len(t.ids) for t in train)
+    print(f"{len(texts)} texts: {len(train)} for training ({positions} tokens), {len(held)} held out for "
+          f"evaluation; the first {prefix} tokens of each (the fixed system turn) are not scored.", flush=True)
+
+    if state is not None:
+        vocab = state["draft_vocab"]
+    elif args.init:
+        vocab = None
+    else:
+        vocab = draft_vocabulary(train, target.vocab_size, min(args.draft_vocab, target.vocab_size), target.eos_ids())
+    if args.init and state is None:
+        head = load_head(args.init, target)
+        if head.kind != "eagle3":
+            raise DistillError(f"--init {args.init} is an {head.kind} head; distillation trains EAGLE-3 heads.")
+        head = head.float()
+    else:
+        layers = tuple(int(i) for i in args.feature_layers.split(",")) if args.feature_layers else None
+        try:
+            head = new_eagle3_head(target, draft_vocab=vocab, seed=args.seed, layers=layers).float()
+        except ValueError as err:
+            raise DistillError(f"--feature-layers: {err}") from None
+    vocab = head.draft_to_target()
+    covered = sum(int(torch.isin(torch.tensor(t.ids), vocab).sum()) for t in held) / max(1, sum(len(t.ids) for t in held))
+    print(f"draft vocabulary: {vocab.numel()} tokens, {covered:.4f} of held-out tokens", flush=True)
+    head.train().requires_grad_(True)
+    optimizer = torch.optim.AdamW(head.parameters(), lr=args.lr, betas=(0.9, 0.95), weight_decay=0.0)
+    warmup = max(1, args.steps // 50)
+    scheduler = torch.optim.lr_scheduler.LambdaLR(optimizer, lambda s: _lr_factor(s, warmup, args.steps))
+    step, epoch, done_in_epoch, history, elapsed = 0, 0, 0, [], 0.0
+    if state is not None:
+        head.load_state_dict(state["head"])
+        optimizer.load_state_dict(state["optimizer"])
+        scheduler.load_state_dict(state["scheduler"])
+        step, epoch, done_in_epoch = state["step"], state["epoch"], state["done_in_epoch"]
+        history, elapsed = state["history"], state["elapsed"]
+        torch.set_rng_state(state["torch_rng"])
+        print(f"resumed from {ckpt_path} at step {step}", flush=True)
+    pad = target.tokenizer.pad_token_id or 0
+    held_batches = [collate(b, pad) for b in make_batches(held, args.batch_tokens, random.Random(0))]
+    embed = target.model.get_input_embeddings()
+    summary = {"stage": "distill", "corpus": list(args.corpus), "prompts": args.prompts, "texts_train": len(train),
+               "tokens_train": positions, "texts_heldout": len(held), "draft_vocab": vocab.numel(),
+               "draft_vocab_coverage_heldout": round(covered, 4), "levels": args.levels, "decay": args.decay,
+               "lr": args.lr, "batch_tokens": args.batch_tokens, "max_len": args.max_len, "bf16_target": args.bf16,
+               "init": args.init}
+
+    def save(final: bool) -> None:
+        nonlocal elapsed
+        elapsed += time.time() - mark
+        _save_checkpoint(ckpt_path, {
+            "head": head.state_dict(), "optimizer": optimizer.state_dict(), "scheduler": scheduler.state_dict(),
+            "step": step, "epoch": epoch, "done_in_epoch": done_in_epoch, "history": history, "elapsed": elapsed,
+            "torch_rng": torch.get_rng_state(), "draft_vocab": vocab,
+        })
+        save_head(head, args.out, extra={"training": summary | {"steps": step, "train_s": round(elapsed),
+                                                                "final": final, "last": history[-1:]}})
+
+    mark, last_save = time.time(), time.time()
+    deadline = began + args.minutes * 60
+    batches = make_batches(train, args.batch_tokens, random.Random(args.seed * 7919 + epoch))
+    seen, busy, window = 0, 0.0, LevelStats()
+    stop_at = min(args.steps, step + args.run_steps) if args.run_steps else args.steps
+    while step < stop_at and time.time() < deadline:
+        started = time.time()
+        if done_in_epoch >= len(batches):
+            epoch, done_in_epoch = epoch + 1, 0
+            batches = make_batches(train, args.batch_tokens, random.Random(args.seed * 7919 + epoch))
+        batch = collate(batches[done_in_epoch], pad)
+        done_in_epoch += 1
+        teacher = teach(target, head, batch, args.bf16)
+        loss, stats = unrolled_loss(head, embed, batch, teacher, args.levels, args.decay, prefix, args.bf16,
+                                    args.score_share)
+        optimizer.zero_grad(set_to_none=True)
+        loss.backward()
+        torch.nn.utils.clip_grad_norm_(head.parameters(), args.clip)
+        optimizer.step()
+        scheduler.step()
+        step += 1
+        seen += int(batch.lengths.sum())
+        busy += time.time() - started
+        window.agree.append(stats.agree[0])
+        window.loss.append(float(loss.detach()))
+        if step % args.eval_every == 0 or step == args.steps:
+            record = {"step": step, "epoch": epoch, "lr": scheduler.get_last_lr()[0],
+                      "train_loss": sum(window.loss) / len(window.loss),
+                      "train_agree1": sum(window.agree) / len(window.agree),
+                      "train_tokens_per_s": round(seen / busy, 1),
+                      "elapsed_s": round(elapsed + time.time() - mark)}
+            t0 = time.time()
+            record |= {f"heldout_{k}": round(v, 4) for k, v in evaluate(target, head, held_batches, args.levels,
+                                                                         prefix, args.bf16).items()}
+            record["eval_s"] = round(time.time() - t0, 1)
+            history.append(record)
+            seen, busy, window = 0, 0.0, LevelStats()
+            print(" ".join(f"{k}={v:.4g}" if isinstance(v, float) else f"{k}={v}" for k, v in record.items()),
+                  flush=True)
+        if time.time() - last_save > args.ckpt_minutes * 60:
+            save(final=False)
+            mark, last_save = time.time(), time.time()
+    save(final=step >= args.steps)
+    print(f"Saved the head to {args.out} at step {step} of {args.steps} ({elapsed:.0f} s of training in all, "
+          f"{time.time() - began:.0f} s this run).", flush=True)
+    return 0
+
+
+def add_parser(sub) -> None:
+    p = sub.add_parser("distill", help="stage one: train an EAGLE-3 head on texts read by the target, teacher-forced")
+    p.add_argument("--out", required=True, help="where the head goes (config.json + model.safetensors)")
+    p.add_argument("--corpus", nargs="*", default=list(DEFAULT_CORPUS),
+                   help="JSONL files of {prompt, response} rows (default: the shared corpus)")
+    p.add_argument("--prompts", default="../shared/data/train_prompts.jsonl",
+                   help="JSONL of prompts, read as user turns alone ('' for none)")
+    p.add_argument("--model", default=None, help="target model: default SmolLM2-135M-Instruct, or a local dir / hub id")
+    p.add_argument("--device", default="cpu")
+    p.add_argument("--init", default=None, help="start from this EAGLE-3 head (a directory) instead of a new one")
+    p.add_argument("--steps", type=int, default=3000, help="length of the learning-rate schedule, over all stages")
+    p.add_argument("--minutes", type=float, default=110, help="this run stops, saved, after this many minutes")
+    p.add_argument("--run-steps", type=int, default=0, help="this run stops, saved, after this many steps (0: no limit)")
+    p.add_argument("--batch-tokens", type=int, default=4096, help="padded tokens per batch")
+    p.add_argument("--max-len", type=int, default=512, help="longer texts are cut")
+    p.add_argument("--levels", type=int, default=5, help="draft levels unrolled in training-time test")
+    p.add_argument("--decay", type=float, default=0.8, help="weight of level j is decay**j")
+    p.add_argument("--score-share", type=float, default=0.5,
+                   help="share of positions scored at each level (the draft LM head is most of the cost)")
+    p.add_argument("--lr", type=float, default=1e-3)
+    p.add_argument("--clip", type=float, default=0.5, help="gradient-norm clip")
+    p.add_argument("--draft-vocab", type=int, default=16384, help="size of the head's own vocabulary")
+    p.add_argument("--feature-layers", default=None,
+                   help="comma-separated hidden-state indices the head reads (default: inputs of layers 2, L//2, L-3)")
+    p.add_argument("--bf16", action=argparse.BooleanOptionalAction, default=True,
+                   help="run the target and the head's products in bfloat16 autocast (weights stay float32)")
+    p.add_argument("--eval-texts", type=int, default=96, help="held-out texts scored at each evaluation")
+    p.add_argument("--eval-every", type=int, default=100)
+    p.add_argument("--ckpt-minutes", type=float, default=10, help="save a checkpoint and the head this often")
+    p.add_argument("--ckpt-dir", default="runs/distill-ckpt", help="checkpoint (and tokenised texts) for --resume")
+    p.add_argument("--resume", action="store_true", help="continue from the checkpoint in --ckpt-dir")
+    p.add_argument("--seed", type=int, default=0)
+    p.add_argument("--threads", type=int, default=0, help="torch CPU threads (0: torch's default)")
+    p.set_defaults(func=cmd_distill)

@@ -1,0 +1,93 @@
+"""`python -m ddd.train distill`: stage one of the draft-head recipe, on a tiny model and a tiny corpus."""
+from __future__ import annotations
+
+import json
+
+import pytest
+import torch
+from safetensors.torch import load_file
+
+from ddd import distill, train
+from ddd.head import load_head
+from tests.tiny import CORPUS, load_tiny
+
+
+@pytest.fixture(scope="module")
+def corpus(tmp_path_factory):
+    path = tmp_path_factory.mktemp("corpus") / "corpus.jsonl"
+    rows = [{"prompt": f"say {i}: {text[:12]}", "response": text} for i, text in enumerate(CORPUS)]
+    path.write_text("\n".join(json.dumps(r) for r in rows) + "\n")
+    return path
+
+
+def _distill(tiny_llama_dir, corpus, tmp_path, *extra: str) -> int:
+    return train.main([
+        "distill", "--model", str(tiny_llama_dir), "--corpus", str(corpus), "--prompts", "",
+        "--out", str(tmp_path / "head"), "--ckpt-dir", str(tmp_path / "ckpt"), "--feature-layers", "0,1,2",
+        "--batch-tokens", "256", "--levels", "3", "--draft-vocab", "64", "--lr", "3e-3", "--no-bf16",
+        "--eval-texts", "4", "--threads", "1", *extra,
+    ])
+
+
+def test_the_written_head_is_an_eagle3_head_that_the_loader_accepts(tiny_llama_dir, corpus, tmp_path):
+    assert _distill(tiny_llama_dir, corpus, tmp_path, "--steps", "2", "--eval-every", "2") == 0
+    head = load_head(tmp_path / "head", load_tiny(tiny_llama_dir))
+    assert head.kind == "eagle3" and head.draft_vocab_size == 64 and head.aux_layers == (0, 1, 2)
+
+
+def test_distillation_lowers_the_held_out_loss_at_every_level(tiny_llama_dir, corpus, tmp_path):
+    assert _distill(tiny_llama_dir, corpus, tmp_path, "--steps", "30", "--eval-every", "1") == 0
+    history = torch.load(tmp_path / "ckpt" / "checkpoint.pt", weights_only=False)["history"]
+    first, last = history[0], history[-1]
+    assert (first["step"], last["step"]) == (1, 30)
+    for level in (1, 2, 3):
+        assert last[f"heldout_loss{level}"] < 0.9 * first[f"heldout_loss{level}"], (first, last)
+
+
+def test_an_interrupted_run_resumes_to_the_same_head(tiny_llama_dir, corpus, tmp_path):
+    whole, split = tmp_path / "whole", tmp_path / "split"
+    assert _distill(tiny_llama_dir, corpus, whole, "--steps", "8", "--eval-every", "100") == 0
+    assert _distill(tiny_llama_dir, corpus, split, "--steps", "8", "--eval-every", "100", "--run-steps", "3") == 0
+    assert torch.load(split / "ckpt" / "checkpoint.pt", weights_only=False)["step"] == 3
+    assert _distill(tiny_llama_dir, corpus, split, "--steps", "8", "--eval-every", "100", "--resume") == 0
+    a, b = load_file(whole / "head" / "model.safetensors"), load_file(split / "head" / "model.safetensors")
+    assert a.keys() == b.keys()
+    for key in a:
+        torch.testing.assert_close(a[key], b[key], rtol=1e-5, atol=1e-6, msg=key)
+
+
+def test_training_time_test_level_masks_show_each_level_its_own_chain_only():
+    mask = distill.level_mask(3, 2, "cpu")[0, 0]
+    assert mask.shape == (3, 9)
+    assert mask[:, :3].equal(torch.ones(3, 3, dtype=torch.bool).tril())
+    assert mask[:, 3:6].equal(torch.eye(3, dtype=torch.bool)) and mask[:, 6:].equal(torch.eye(3, dtype=torch.bool))
+
+
+def test_level_one_of_the_unrolled_loss_is_the_head_run_on_its_own_guess(llama):
+    """Level 1 at index i must equal a draft-tree node: the head run over the context up to i, then over
+    (the next token, its own output at i) one position further, attending to that context and itself."""
+    from ddd.eagle3 import new_eagle3_head
+    from transformers import DynamicCache
+
+    head = new_eagle3_head(llama, layers=(0, 1, 2), seed=3).float()
+    ids = torch.tensor([[5, 9, 17, 23, 31, 40, 8]])
+    batch = distill.Batch(ids, torch.tensor([7]))
+    teacher = distill.teach(llama, head, batch, bf16=False)
+    embed = llama.model.get_input_embeddings()
+    captured = []
+    original = head.logits
+    head.logits = lambda out: captured.append(out) or original(out)
+    distill.unrolled_loss(head, embed, batch, teacher, levels=2, decay=1.0, prefix=0, bf16=False)
+    level1 = captured[1]  # scored positions of level 1, in order: indices 0..4
+    i = 2
+    cache = DynamicCache(config=head.config)
+    context = head(embed(ids[:, 1 : i + 2]), head.fuse(teacher.aux[:, : i + 1]), torch.arange(i + 1)[None], None, cache)
+    node = head(embed(ids[:, i + 2 : i + 3]), context[:, -1:], torch.tensor([[i + 1]]), None, cache)
+    torch.testing.assert_close(level1[i], node[0, 0], rtol=1e-4, atol=1e-5)
+
+
+def test_bad_settings_are_refused_with_a_message(tiny_llama_dir, corpus, tmp_path, capsys):
+    assert _distill(tiny_llama_dir, corpus, tmp_path, "--levels", "0") == 2
+    assert "--levels must be at least 1" in capsys.readouterr().err
+    assert _distill(tiny_llama_dir, corpus, tmp_path, "--resume") == 2
+    assert "no checkpoint" in capsys.readouterr().err
