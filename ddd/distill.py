@@ -28,13 +28,11 @@ import torch.nn.functional as F
 from transformers import DynamicCache
 
 from .jsonl import read_jsonl
+from .training import (Optimiser, Progress, TrainError, choose_draft_vocab, epoch_batches, log_record, read_checkpoint,
+                       read_prompts, restore, write_checkpoint)
 
 DEFAULT_CORPUS = ("../shared/data/corpus/alpaca_eval_open_models.jsonl", "../shared/data/corpus/gsm8k_train.jsonl")
 HELDOUT_EVERY = 50  # one prompt in 50 (by a hash of its text) is held out, with every answer to it
-
-
-class DistillError(ValueError):
-    """A bad argument or input for distillation; the message says what to change."""
 
 
 @dataclass
@@ -58,20 +56,18 @@ def read_texts(corpus: list[str], prompts: str | None, tokenizer, max_len: int) 
     turns: list[tuple[str, list[dict], bool]] = []
     for path in corpus:
         if not Path(path).is_file():
-            raise DistillError(f"Corpus file {path} does not exist.")
-        for number, row in read_jsonl(Path(path), DistillError):
+            raise TrainError(f"Corpus file {path} does not exist.")
+        for number, row in read_jsonl(Path(path), TrainError):
             prompt, response = (row.get("prompt"), row.get("response")) if isinstance(row, dict) else (None, None)
             if not (isinstance(prompt, str) and isinstance(response, str) and prompt.strip() and response.strip()):
-                raise DistillError(f"{path}:{number} needs non-empty `prompt` and `response` strings.")
+                raise TrainError(f"{path}:{number} needs non-empty `prompt` and `response` strings.")
             turns.append((prompt, [{"role": "user", "content": prompt}, {"role": "assistant", "content": response}],
                           False))
     if prompts:
-        from .train import read_prompts
-
         for row in read_prompts(prompts):
             turns.append((row["prompt"], [{"role": "user", "content": row["prompt"]}], True))
     if not turns:
-        raise DistillError("No texts to distil from: give --corpus files or --prompts.")
+        raise TrainError("No texts to distil from: give --corpus files or --prompts.")
     texts = [tokenizer.apply_chat_template(messages, tokenize=False, add_generation_prompt=question)
              for _, messages, question in turns]
     encoded = tokenizer(texts, add_special_tokens=False)["input_ids"]
@@ -235,8 +231,6 @@ def _texts(args, target, cache_dir: Path) -> list[Text]:
 
 def draft_vocabulary(texts: list[Text], vocab_size: int, size: int, eos: set[int]) -> torch.Tensor:
     """The `size` most frequent target tokens of the training texts, always with the end-of-turn tokens."""
-    from .train import choose_draft_vocab
-
     counts = torch.bincount(torch.tensor([i for t in texts for i in t.ids]), minlength=vocab_size)
     return choose_draft_vocab(counts.argsort(descending=True, stable=True), size, eos)
 
@@ -244,137 +238,124 @@ def draft_vocabulary(texts: list[Text], vocab_size: int, size: int, eos: set[int
 def _check(args) -> None:
     for name in ("steps", "batch_tokens", "levels", "max_len", "eval_every", "draft_vocab"):
         if getattr(args, name) < 1:
-            raise DistillError(f"--{name.replace('_', '-')} must be at least 1.")
+            raise TrainError(f"--{name.replace('_', '-')} must be at least 1.")
     if args.run_steps < 0:
-        raise DistillError("--run-steps must be 0 (no limit) or a positive number of steps.")
+        raise TrainError("--run-steps must be 0 (no limit) or a positive number of steps.")
     if args.lr <= 0 or args.minutes <= 0 or not 0 < args.decay <= 1 or not 0 < args.score_share <= 1:
-        raise DistillError("--lr and --minutes must be positive, --decay and --score-share in (0, 1].")
+        raise TrainError("--lr and --minutes must be positive, --decay and --score-share in (0, 1].")
+
+
+@dataclass
+class Stage:
+    """What a distillation run works on, once its texts, target and head are ready."""
+
+    target: object
+    head: torch.nn.Module
+    train: list[Text]
+    held: list[Batch]
+    prefix: int
+    summary: dict
+
+
+def _head(args, target, train: list[Text], state: dict | None):
+    """The head to train: the checkpoint's, the --init head, or a new one over the training texts' vocabulary."""
+    from .eagle3 import new_eagle3_head
+    from .head import load_head
+
+    if state is None and args.init:
+        head = load_head(args.init, target)
+        if head.kind != "eagle3":
+            raise TrainError(f"--init {args.init} is an {head.kind} head; distillation trains EAGLE-3 heads.")
+        return head.float().requires_grad_(True)
+    if state is not None:
+        vocab, layers = state["draft_vocab"], state["layers"]
+    else:
+        vocab = draft_vocabulary(train, target.vocab_size, min(args.draft_vocab, target.vocab_size), target.eos_ids())
+        layers = tuple(int(i) for i in args.feature_layers.split(",")) if args.feature_layers else None
+    try:
+        return new_eagle3_head(target, draft_vocab=vocab, seed=args.seed, layers=layers).float()
+    except ValueError as err:
+        raise TrainError(f"--feature-layers: {err}") from None
+
+
+def _stage(args, state: dict | None) -> Stage:
+    from .models import load_target
+
+    target = load_target(args.model, device=args.device)
+    texts = _texts(args, target, Path(args.ckpt_dir))
+    train = [t for t in texts if not is_heldout(t.key)]
+    held = [t for t in texts if is_heldout(t.key)][: args.eval_texts]
+    prefix = template_prefix(target.tokenizer)
+    tokens = sum(len(t.ids) for t in train)
+    print(f"{len(texts)} texts: {len(train)} for training ({tokens} tokens), {len(held)} held out for "
+          f"evaluation; the first {prefix} tokens of each (the fixed system turn) are not scored.", flush=True)
+    head = _head(args, target, train, state).train()
+    vocab = head.draft_to_target()
+    covered = sum(int(torch.isin(torch.tensor(t.ids), vocab).sum()) for t in held) / max(1, sum(len(t.ids) for t in held))
+    print(f"draft vocabulary: {vocab.numel()} tokens, {covered:.4f} of held-out tokens", flush=True)
+    pad = target.tokenizer.pad_token_id or 0
+    held_batches = [collate(b, pad) for b in make_batches(held, args.batch_tokens, random.Random(0))]
+    summary = {"stage": "distill", "corpus": list(args.corpus), "prompts": args.prompts, "texts_train": len(train),
+               "tokens_train": tokens, "texts_heldout": len(held), "draft_vocab": vocab.numel(),
+               "draft_vocab_coverage_heldout": round(covered, 4), "levels": args.levels, "decay": args.decay,
+               "score_share": args.score_share, "lr": args.lr, "batch_tokens": args.batch_tokens,
+               "max_len": args.max_len, "bf16": args.bf16, "init": args.init}
+    return Stage(target, head, train, held_batches, prefix, summary)
 
 
 def cmd_distill(args) -> int:
-    from .eagle3 import new_eagle3_head
-    from .head import load_head, save_head
-    from .models import load_target
-    from .train import _lr_factor, _save_checkpoint
+    from .head import save_head
 
     _check(args)
     began = time.time()
     if args.threads:
         torch.set_num_threads(args.threads)
-    ckpt_dir = Path(args.ckpt_dir)
-    ckpt_path = ckpt_dir / "checkpoint.pt"
-    state = None
-    if args.resume:
-        if not ckpt_path.exists():
-            raise DistillError(f"--resume: no checkpoint at {ckpt_path}.")
-        state = torch.load(ckpt_path, map_location="cpu", weights_only=False)
-    target = load_target(args.model, device=args.device)
-    texts = _texts(args, target, ckpt_dir)
-    train = [t for t in texts if not is_heldout(t.key)]
-    held = [t for t in texts if is_heldout(t.key)][: args.eval_texts]
-    prefix = template_prefix(target.tokenizer)
-    positions = sum(len(t.ids) for t in train)
-    print(f"{len(texts)} texts: {len(train)} for training ({positions} tokens), {len(held)} held out for "
-          f"evaluation; the first {prefix} tokens of each (the fixed system turn) are not scored.", flush=True)
-
-    if state is not None:
-        vocab = state["draft_vocab"]
-    elif args.init:
-        vocab = None
-    else:
-        vocab = draft_vocabulary(train, target.vocab_size, min(args.draft_vocab, target.vocab_size), target.eos_ids())
-    if args.init and state is None:
-        head = load_head(args.init, target)
-        if head.kind != "eagle3":
-            raise DistillError(f"--init {args.init} is an {head.kind} head; distillation trains EAGLE-3 heads.")
-        head = head.float()
-    else:
-        layers = tuple(int(i) for i in args.feature_layers.split(",")) if args.feature_layers else None
-        try:
-            head = new_eagle3_head(target, draft_vocab=vocab, seed=args.seed, layers=layers).float()
-        except ValueError as err:
-            raise DistillError(f"--feature-layers: {err}") from None
-    vocab = head.draft_to_target()
-    covered = sum(int(torch.isin(torch.tensor(t.ids), vocab).sum()) for t in held) / max(1, sum(len(t.ids) for t in held))
-    print(f"draft vocabulary: {vocab.numel()} tokens, {covered:.4f} of held-out tokens", flush=True)
-    head.train().requires_grad_(True)
-    optimizer = torch.optim.AdamW(head.parameters(), lr=args.lr, betas=(0.9, 0.95), weight_decay=0.0)
-    warmup = max(1, args.steps // 50)
-    scheduler = torch.optim.lr_scheduler.LambdaLR(optimizer, lambda s: _lr_factor(s, warmup, args.steps))
-    step, epoch, done_in_epoch, history, elapsed = 0, 0, 0, [], 0.0
-    if state is not None:
-        head.load_state_dict(state["head"])
-        optimizer.load_state_dict(state["optimizer"])
-        scheduler.load_state_dict(state["scheduler"])
-        step, epoch, done_in_epoch = state["step"], state["epoch"], state["done_in_epoch"]
-        history, elapsed = state["history"], state["elapsed"]
-        torch.set_rng_state(state["torch_rng"])
-        print(f"resumed from {ckpt_path} at step {step}", flush=True)
+    state = read_checkpoint(args.ckpt_dir, args.resume)
+    stage = _stage(args, state)
+    head, target = stage.head, stage.target
+    optimiser = Optimiser(head, args.lr, args.steps, max(1, args.steps // 50), args.clip)
+    progress = restore(state, head, optimiser) if state is not None else Progress()
     pad = target.tokenizer.pad_token_id or 0
-    held_batches = [collate(b, pad) for b in make_batches(held, args.batch_tokens, random.Random(0))]
+    batches = epoch_batches(progress, lambda epoch: make_batches(stage.train, args.batch_tokens,
+                                                                 random.Random(args.seed * 7919 + epoch)))
     embed = target.model.get_input_embeddings()
-    summary = {"stage": "distill", "corpus": list(args.corpus), "prompts": args.prompts, "texts_train": len(train),
-               "tokens_train": positions, "texts_heldout": len(held), "draft_vocab": vocab.numel(),
-               "draft_vocab_coverage_heldout": round(covered, 4), "levels": args.levels, "decay": args.decay,
-               "lr": args.lr, "batch_tokens": args.batch_tokens, "max_len": args.max_len, "bf16_target": args.bf16,
-               "init": args.init}
 
     def save(final: bool) -> None:
-        nonlocal elapsed
-        elapsed += time.time() - mark
-        _save_checkpoint(ckpt_path, {
-            "head": head.state_dict(), "optimizer": optimizer.state_dict(), "scheduler": scheduler.state_dict(),
-            "step": step, "epoch": epoch, "done_in_epoch": done_in_epoch, "history": history, "elapsed": elapsed,
-            "torch_rng": torch.get_rng_state(), "draft_vocab": vocab,
-        })
-        save_head(head, args.out, extra={"training": summary | {"steps": step, "train_s": round(elapsed),
-                                                                "final": final, "last": history[-1:]}})
+        write_checkpoint(args.ckpt_dir, head, optimiser, progress, draft_vocab=head.draft_to_target(),
+                         layers=head.aux_layers)
+        save_head(head, args.out, extra={"training": stage.summary | {
+            "steps": progress.step, "train_s": round(progress.elapsed), "final": final, "last": progress.history[-1:]}})
 
-    mark, last_save = time.time(), time.time()
     deadline = began + args.minutes * 60
-    batches = make_batches(train, args.batch_tokens, random.Random(args.seed * 7919 + epoch))
-    seen, busy, window = 0, 0.0, LevelStats()
-    stop_at = min(args.steps, step + args.run_steps) if args.run_steps else args.steps
-    while step < stop_at and time.time() < deadline:
+    stop_at = min(args.steps, progress.step + args.run_steps) if args.run_steps else args.steps
+    last_save, seen, busy, window = time.time(), 0, 0.0, []
+    while progress.step < stop_at and time.time() < deadline:
         started = time.time()
-        if done_in_epoch >= len(batches):
-            epoch, done_in_epoch = epoch + 1, 0
-            batches = make_batches(train, args.batch_tokens, random.Random(args.seed * 7919 + epoch))
-        batch = collate(batches[done_in_epoch], pad)
-        done_in_epoch += 1
+        batch = collate(next(batches), pad)
         teacher = teach(target, head, batch, args.bf16)
-        loss, stats = unrolled_loss(head, embed, batch, teacher, args.levels, args.decay, prefix, args.bf16,
+        loss, stats = unrolled_loss(head, embed, batch, teacher, args.levels, args.decay, stage.prefix, args.bf16,
                                     args.score_share)
-        optimizer.zero_grad(set_to_none=True)
-        loss.backward()
-        torch.nn.utils.clip_grad_norm_(head.parameters(), args.clip)
-        optimizer.step()
-        scheduler.step()
-        step += 1
-        seen += int(batch.lengths.sum())
-        busy += time.time() - started
-        window.agree.append(stats.agree[0])
-        window.loss.append(float(loss.detach()))
-        if step % args.eval_every == 0 or step == args.steps:
-            record = {"step": step, "epoch": epoch, "lr": scheduler.get_last_lr()[0],
-                      "train_loss": sum(window.loss) / len(window.loss),
-                      "train_agree1": sum(window.agree) / len(window.agree),
-                      "train_tokens_per_s": round(seen / busy, 1),
-                      "elapsed_s": round(elapsed + time.time() - mark)}
-            t0 = time.time()
-            record |= {f"heldout_{k}": round(v, 4) for k, v in evaluate(target, head, held_batches, args.levels,
-                                                                         prefix, args.bf16).items()}
-            record["eval_s"] = round(time.time() - t0, 1)
-            history.append(record)
-            seen, busy, window = 0, 0.0, LevelStats()
-            print(" ".join(f"{k}={v:.4g}" if isinstance(v, float) else f"{k}={v}" for k, v in record.items()),
-                  flush=True)
+        optimiser.step(loss)
+        progress.step += 1
+        seen, busy = seen + int(batch.lengths.sum()), busy + time.time() - started
+        progress.elapsed += time.time() - started
+        window.append((float(loss.detach()), stats.agree[0]))
+        if progress.step % args.eval_every == 0 or progress.step == args.steps:
+            record = {"step": progress.step, "epoch": progress.epoch, "lr": optimiser.lr,
+                      "train_loss": sum(w[0] for w in window) / len(window),
+                      "train_agree1": sum(w[1] for w in window) / len(window),
+                      "train_tokens_per_s": round(seen / busy, 1), "train_s": round(progress.elapsed)}
+            record |= {f"heldout_{k}": round(v, 4) for k, v in
+                       evaluate(target, head, stage.held, args.levels, stage.prefix, args.bf16).items()}
+            progress.history.append(record)
+            log_record(record)
+            seen, busy, window = 0, 0.0, []
         if time.time() - last_save > args.ckpt_minutes * 60:
             save(final=False)
-            mark, last_save = time.time(), time.time()
-    save(final=step >= args.steps)
-    print(f"Saved the head to {args.out} at step {step} of {args.steps} ({elapsed:.0f} s of training in all, "
-          f"{time.time() - began:.0f} s this run).", flush=True)
+            last_save = time.time()
+    save(final=progress.step >= args.steps)
+    print(f"Saved the head to {args.out} at step {progress.step} of {args.steps} ({progress.elapsed:.0f} s of "
+          f"training in all, {time.time() - began:.0f} s this run).", flush=True)
     return 0
 
 

@@ -37,7 +37,7 @@ def test_the_written_head_is_an_eagle3_head_that_the_loader_accepts(tiny_llama_d
 
 def test_distillation_lowers_the_held_out_loss_at_every_level(tiny_llama_dir, corpus, tmp_path):
     assert _distill(tiny_llama_dir, corpus, tmp_path, "--steps", "30", "--eval-every", "1") == 0
-    history = torch.load(tmp_path / "ckpt" / "checkpoint.pt", weights_only=False)["history"]
+    history = torch.load(tmp_path / "ckpt" / "checkpoint.pt", weights_only=False)["progress"]["history"]
     first, last = history[0], history[-1]
     assert (first["step"], last["step"]) == (1, 30)
     for level in (1, 2, 3):
@@ -48,7 +48,7 @@ def test_an_interrupted_run_resumes_to_the_same_head(tiny_llama_dir, corpus, tmp
     whole, split = tmp_path / "whole", tmp_path / "split"
     assert _distill(tiny_llama_dir, corpus, whole, "--steps", "8", "--eval-every", "100") == 0
     assert _distill(tiny_llama_dir, corpus, split, "--steps", "8", "--eval-every", "100", "--run-steps", "3") == 0
-    assert torch.load(split / "ckpt" / "checkpoint.pt", weights_only=False)["step"] == 3
+    assert torch.load(split / "ckpt" / "checkpoint.pt", weights_only=False)["progress"]["step"] == 3
     assert _distill(tiny_llama_dir, corpus, split, "--steps", "8", "--eval-every", "100", "--resume") == 0
     a, b = load_file(whole / "head" / "model.safetensors"), load_file(split / "head" / "model.safetensors")
     assert a.keys() == b.keys()

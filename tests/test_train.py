@@ -7,7 +7,7 @@ import string
 import pytest
 import torch
 
-from ddd import train
+from ddd import answers, fit, train, training
 
 CHAT_TEMPLATE = (
     "{% for m in messages %}<|im_start|>{{ m['role'] }}\n{{ m['content'] }}<|im_end|>\n{% endfor %}"
@@ -73,7 +73,7 @@ def test_data_then_fit_end_to_end(tiny_model, prompts, tmp_path, capsys):
     assert train.main(_data_args(tiny_model, prompts, data_dir)) == 0
     shards = sorted(data_dir.glob("shard_*.pt"))
     assert len(shards) == 3  # 13 prompts, 5 per shard
-    samples, meta = train.load_samples(data_dir)
+    samples, meta = answers.load_samples(data_dir)
     assert len(samples) == 13 and meta["hidden_size"] == 64
     assert any(s["sampled"] for s in samples) and not all(s["sampled"] for s in samples)
     target = load_target(str(tiny_model))
@@ -103,10 +103,10 @@ def test_data_then_fit_end_to_end(tiny_model, prompts, tmp_path, capsys):
     assert [p.stat().st_mtime_ns for p in shards] == before
 
     head_dir, ckpt = tmp_path / "head", tmp_path / "ckpt"
-    fit = ["fit", "--data", str(data_dir), "--out", str(head_dir), "--ckpt-dir", str(ckpt), "--draft-vocab", "40",
+    fit_args = ["fit", "--data", str(data_dir), "--out", str(head_dir), "--ckpt-dir", str(ckpt), "--draft-vocab", "40",
            "--batch-tokens", "400", "--lr", "3e-3", "--eval-every", "20", "--ckpt-every", "20", "--heldout", "0.2"]
-    assert train.main(fit + ["--steps", "40"]) == 0
-    history = torch.load(ckpt / "checkpoint.pt", weights_only=False)["history"]
+    assert train.main(fit_args + ["--steps", "40"]) == 0
+    history = torch.load(ckpt / "checkpoint.pt", weights_only=False)["progress"]["history"]
     assert history[-1]["train_loss"] < history[0]["train_loss"]
     assert "heldout_acc" in history[-1] and "heldout_acc_level2" in history[-1]
     out = capsys.readouterr().out
@@ -119,9 +119,9 @@ def test_data_then_fit_end_to_end(tiny_model, prompts, tmp_path, capsys):
     assert config["training"]["steps"] == 40 and config["training"]["final"]
 
     # Resume continues from the checkpoint and keeps the history.
-    assert train.main(fit + ["--steps", "60", "--resume"]) == 0
+    assert train.main(fit_args + ["--steps", "60", "--resume"]) == 0
     resumed = torch.load(ckpt / "checkpoint.pt", weights_only=False)
-    assert resumed["step"] == 60 and len(resumed["history"]) == 3
+    assert resumed["progress"]["step"] == 60 and len(resumed["progress"]["history"]) == 3
     assert "resumed from" in capsys.readouterr().out
 
 
@@ -132,11 +132,11 @@ def test_loss_goes_down_with_the_trainer(tiny_model, prompts, tmp_path, soft):
 
     data_dir = tmp_path / "data"
     assert train.main(_data_args(tiny_model, prompts, data_dir, "--limit", "6")) == 0
-    samples, _ = train.load_samples(data_dir)
+    samples, _ = answers.load_samples(data_dir)
     target = load_target(str(tiny_model))
     head = new_head(target).train().requires_grad_(True)
-    trainer = train.HeadTrainer(target, head, soft=soft)
-    batch = train.collate(samples, max_len=512)
+    trainer = fit.HeadTrainer(target, head, soft=soft)
+    batch = fit.collate(samples, max_len=512)
     optimizer = torch.optim.AdamW(head.parameters(), lr=3e-3)
     first = None
     for _ in range(30):
@@ -154,7 +154,7 @@ def test_loss_goes_down_with_the_trainer(tiny_model, prompts, tmp_path, soft):
 def test_collate_mask_covers_answer_positions_only():
     sample = {"ids": torch.arange(10, dtype=torch.int32), "prompt_len": 4,
               "features": torch.zeros(9, 8, dtype=torch.float16)}
-    batch = train.collate([sample], max_len=64)
+    batch = fit.collate([sample], max_len=64)
     # Outputs h_t (t = 0..7) predict x_{t+2}; answer tokens are x_4..x_9, so t = 2..7.
     assert batch["mask"][0].nonzero().flatten().tolist() == [2, 3, 4, 5, 6, 7]
 
@@ -162,7 +162,7 @@ def test_collate_mask_covers_answer_positions_only():
 def test_collate_with_a_prefix_learns_from_question_tokens_too():
     sample = {"ids": torch.arange(10, dtype=torch.int32), "prompt_len": 4,
               "features": torch.zeros(9, 8, dtype=torch.float16)}
-    batch = train.collate([sample], max_len=64, prefix=3)
+    batch = fit.collate([sample], max_len=64, prefix=3)
     # Every token after the 3 shared ones: x_3..x_9 are predicted by h_1..h_7.
     assert batch["mask"][0].nonzero().flatten().tolist() == [1, 2, 3, 4, 5, 6, 7]
 
@@ -170,7 +170,7 @@ def test_collate_with_a_prefix_learns_from_question_tokens_too():
 def test_shared_prefix_is_the_prompts_common_start():
     samples = [{"ids": torch.tensor(ids), "prompt_len": n} for ids, n in
                [([5, 6, 7, 8, 9], 4), ([5, 6, 7, 1, 2, 3], 5), ([5, 6, 7, 8], 3)]]
-    assert train.shared_prefix(samples) == 3
+    assert fit.shared_prefix(samples) == 3
 
 
 def test_level_two_sees_what_a_second_draft_call_sees(tiny_model):
@@ -183,7 +183,7 @@ def test_level_two_sees_what_a_second_draft_call_sees(tiny_model):
 
     target = load_target(str(tiny_model))
     head = new_head(target).eval()
-    trainer = train.HeadTrainer(target, head)
+    trainer = fit.HeadTrainer(target, head)
     torch.manual_seed(0)
     width, hidden = 7, target.hidden_size
     embeds, feats, guesses = (torch.randn(1, width, hidden) for _ in range(3))
@@ -205,11 +205,11 @@ def test_level_two_training_lowers_the_deeper_loss(tiny_model, prompts, tmp_path
 
     data_dir = tmp_path / "data"
     assert train.main(_data_args(tiny_model, prompts, data_dir, "--limit", "6")) == 0
-    samples, _ = train.load_samples(data_dir)
+    samples, _ = answers.load_samples(data_dir)
     target = load_target(str(tiny_model))
     head = new_head(target).train().requires_grad_(True)
-    trainer = train.HeadTrainer(target, head, level2=0.5)
-    batch = train.collate(samples, max_len=512)
+    trainer = fit.HeadTrainer(target, head, level2=0.5)
+    batch = fit.collate(samples, max_len=512)
     optimizer = torch.optim.AdamW(head.parameters(), lr=3e-3)
     before = trainer.evaluate([batch])["acc_self"]
     for _ in range(30):
@@ -244,7 +244,7 @@ def test_bad_arguments(tmp_path, capsys):
 def test_prompts_may_hold_unicode_line_separators(tmp_path):
     path = tmp_path / "prompts.jsonl"
     path.write_text('{"id": "a", "prompt": "one\\u2028two\u2028three"}\n{"id": "b", "prompt": "x"}\n', encoding="utf-8")
-    assert [row["id"] for row in train.read_prompts(path)] == ["a", "b"]
+    assert [row["id"] for row in training.read_prompts(path)] == ["a", "b"]
 
 
 def test_soft_cross_entropy_is_smallest_at_the_target_distribution():
@@ -254,7 +254,7 @@ def test_soft_cross_entropy_is_smallest_at_the_target_distribution():
     hidden, vocab = 8, 12
 
 
-    trainer = train.HeadTrainer.__new__(train.HeadTrainer)
+    trainer = fit.HeadTrainer.__new__(fit.HeadTrainer)
     trainer.soft, trainer.ce_weight, trainer.rows = True, 1.0, None
     trainer.lm_weight = torch.randn(vocab, hidden)
     want = torch.randn(5, hidden)

@@ -1,0 +1,424 @@
+"""Fitting an EAGLE-1/2 head on stored answers (`python -m ddd.train fit`).
+
+The head's fc and decoder layer train (the target's embeddings and LM head stay frozen) with the EAGLE
+loss: SmoothL1 between predicted and true next features + 0.1 x cross-entropy of the draft logits against
+the next token (or the target's whole distribution), with uniform noise on the input features. Answer
+positions count (`--positions all`: question tokens too), and `--level2` adds the loss one level deeper,
+where the head reads its own guesses as inside a draft tree. Checkpoints are written periodically and
+`--resume` continues from the last one.
+
+Alignment: for tokens x_0..x_n and features f_0..f_{n-1} (f_t is the target's feature after reading x_t),
+the head reads (embed(x_{t+1}), f_t) at position t and its output h_t should equal f_{t+1}; the draft
+logits of h_t predict x_{t+2}.
+"""
+from __future__ import annotations
+
+import random
+import time
+from pathlib import Path
+
+import torch
+import torch.nn.functional as F
+from tqdm import tqdm
+from transformers import DynamicCache
+
+from .answers import load_samples
+from .training import (Optimiser, Progress, TrainError, choose_draft_vocab, epoch_batches, read_checkpoint, read_prompts,
+                       restore, write_checkpoint)
+
+COVERAGE_SIZES = (1024, 2048, 4096, 8192, 16384, 32768)
+
+
+def split_samples(samples: list[dict], heldout: float, seed: int) -> tuple[list[dict], list[dict]]:
+    """A seeded held-out split by sample (at least one held-out sample when there are two or more)."""
+    order = list(range(len(samples)))
+    random.Random(seed).shuffle(order)
+    count = 0 if len(samples) < 2 or heldout <= 0 else max(1, round(heldout * len(samples)))
+    held = set(order[:count])
+    return [s for i, s in enumerate(samples) if i not in held], [s for i, s in enumerate(samples) if i in held]
+
+
+def _answer_tokens(samples: list[dict]) -> torch.Tensor:
+    parts = [s["ids"][s["prompt_len"]:].long() for s in samples]
+    return torch.cat(parts) if parts else torch.zeros(0, dtype=torch.long)
+
+
+def token_ranking(samples: list[dict], vocab_size: int, extra: torch.Tensor | None = None,
+                  extra_weight: float = 0.1) -> torch.Tensor:
+    """Target ids, most useful first: answer-token counts + extra_weight x `extra` counts (e.g. the
+    tokens of the training prompts, which tell which rarer words the domain uses); ties go to lower ids
+    (a byte-pair vocabulary lists its more frequent merges first)."""
+    score = torch.bincount(_answer_tokens(samples), minlength=vocab_size)[:vocab_size].double()
+    if extra is not None and extra_weight > 0:
+        score = score + extra_weight * extra[:vocab_size].double()
+    return torch.sort(score, descending=True, stable=True).indices
+
+
+def prompt_token_counts(path: str | Path, tokenizer, vocab_size: int, exclude: set[str]) -> torch.Tensor | None:
+    """Token counts over the prompts of a prompt file (rows whose id is in `exclude` left out)."""
+    try:
+        rows = read_prompts(path)
+    except TrainError:
+        return None
+    counts = torch.zeros(vocab_size, dtype=torch.float64)
+    for row in rows:
+        if row["id"] in exclude:
+            continue
+        ids = torch.tensor(tokenizer.encode(row["prompt"], add_special_tokens=False), dtype=torch.long)
+        counts += torch.bincount(ids[ids < vocab_size], minlength=vocab_size).double()
+    return counts
+
+
+def coverage(ranking: torch.Tensor, samples: list[dict], sizes=COVERAGE_SIZES) -> dict[int, float]:
+    """Share of the answer tokens of `samples` that fall inside the top-N of `ranking`, for each N."""
+    tokens = _answer_tokens(samples)
+    if tokens.numel() == 0:
+        return {n: float("nan") for n in sizes}
+    rank = torch.empty_like(ranking)
+    rank[ranking] = torch.arange(ranking.numel())
+    token_rank = rank[tokens]
+    return {n: float((token_rank < n).double().mean()) for n in sizes}
+
+
+def share_in(vocab: torch.Tensor | None, samples: list[dict]) -> float:
+    """Share of the answer tokens of `samples` that belong to `vocab` (None: the full vocabulary)."""
+    tokens = _answer_tokens(samples)
+    if tokens.numel() == 0:
+        return float("nan")
+    if vocab is None:
+        return 1.0
+    return float(torch.isin(tokens, vocab).double().mean())
+
+
+
+def shared_prefix(samples: list[dict]) -> int:
+    """Length of the token prefix every sample's prompt starts with (a chat template's fixed system turn)."""
+    first = samples[0]["ids"][: samples[0]["prompt_len"]]
+    length = first.numel()
+    for sample in samples[1:]:
+        other = sample["ids"][: min(length, sample["prompt_len"])]
+        same = (other == first[: other.numel()]).long()
+        length = int(same.cumprod(0).sum())
+    return length
+
+
+def make_batches(samples: list[dict], batch_tokens: int, rng: random.Random) -> list[list[dict]]:
+    """Length-grouped batches of about `batch_tokens` padded tokens, in random order."""
+    order = samples[:]
+    rng.shuffle(order)
+    pool = max(1, 16 * batch_tokens // max(1, int(sum(len(s["ids"]) for s in samples) / max(1, len(samples)))))
+    batches = []
+    for start in range(0, len(order), pool):
+        chunk = sorted(order[start:start + pool], key=lambda s: len(s["ids"]))
+        batch: list[dict] = []
+        for sample in chunk:
+            width = max([len(sample["ids"])] + [len(s["ids"]) for s in batch])
+            if batch and width * (len(batch) + 1) > batch_tokens:
+                batches.append(batch)
+                batch = []
+            batch.append(sample)
+        if batch:
+            batches.append(batch)
+    rng.shuffle(batches)
+    return batches
+
+
+def collate(batch: list[dict], max_len: int, prefix: int | None = None) -> dict[str, torch.Tensor]:
+    """Right-padded ids (B, L), features f_0..f_{L-2} (B, L-1, H), and the loss mask (B, L-2).
+
+    mask[b, t] is on where the head output h_t has both a target feature f_{t+1} and a next token
+    x_{t+2}, and x_{t+2} belongs to the answer (t >= prompt_len - 2). With `prefix`, every token after
+    the first `prefix` ones counts, question tokens included: the features there are still the target's
+    own, so they teach the same mapping (the shared prefix, the chat template's system turn, teaches nothing).
+    """
+    lengths = [min(len(s["ids"]), max_len) for s in batch]
+    width = max(lengths)
+    hidden = batch[0]["features"].shape[-1]
+    ids = torch.zeros((len(batch), width), dtype=torch.long)
+    feats = torch.zeros((len(batch), width - 1, hidden), dtype=torch.float16)
+    mask = torch.zeros((len(batch), max(width - 2, 0)), dtype=torch.bool)
+    for row, (sample, n) in enumerate(zip(batch, lengths)):
+        ids[row, :n] = sample["ids"][:n].long()
+        feats[row, : n - 1] = sample["features"][: n - 1]
+        first = max(0, (sample["prompt_len"] if prefix is None else prefix) - 2)
+        if n - 2 > first:
+            mask[row, first: n - 2] = True
+    return {"ids": ids, "features": feats, "mask": mask}
+
+
+class HeadTrainer:
+    """The EAGLE loss on batches from `collate`, with the target's embeddings and LM head frozen.
+
+    level2 > 0 adds the same loss one level deeper at that share of positions: there the head reads its own
+    guess of the feature (its level-one output one position back) while attending to the real-feature context
+    before it, exactly what its second call inside a draft tree sees.
+    """
+
+    def __init__(self, target, head, ce_weight: float = 0.1, noise: float = 0.2, soft: bool = False,
+                 level2: float = 0.0):
+        self.target = target
+        self.head = head
+        self.ce_weight = ce_weight
+        # soft: cross-entropy against the target's whole next-token distribution (read from the stored next
+        # feature) rather than its one sampled token; the tree needs the draft's top-k order, not just top-1
+        self.soft = soft
+        self.noise = noise
+        self.level2 = level2
+        self.embed = target.model.model.embed_tokens
+        weight = target.model.lm_head.weight.detach()
+        rows = head.draft_to_target()
+        self.rows = rows
+        self.lm_weight = weight if rows is None else weight[rows.to(weight.device)].contiguous()
+        t2d = torch.full((target.vocab_size,), -1, dtype=torch.long, device=weight.device)
+        if rows is None:
+            t2d = torch.arange(target.vocab_size, device=weight.device)
+        else:
+            t2d[rows.to(weight.device)] = torch.arange(rows.numel(), device=weight.device)
+        self.t2d = t2d
+
+    def forward(self, batch: dict[str, torch.Tensor], noise: bool, cache: DynamicCache | None = None):
+        """Level one: (predicted h_t, true f_{t+1}, next token x_{t+2}, embed(x_{t+1})) for every position t."""
+        device = self.lm_weight.device
+        ids = batch["ids"].to(device)
+        feats = batch["features"].to(device=device, dtype=self.lm_weight.dtype)
+        width = ids.shape[1] - 2
+        with torch.no_grad():
+            embeds = self.embed(ids[:, 1:1 + width]).to(self.lm_weight.dtype)
+        inputs = feats[:, :width]
+        if noise and self.noise > 0:
+            inputs = inputs + (torch.rand_like(inputs) - 0.5) * self.noise
+        positions = torch.arange(width, device=device).unsqueeze(0).expand(ids.shape[0], -1)
+        predicted = self.head(embeds=embeds, features=inputs, position_ids=positions, cache=cache)
+        return predicted, feats[:, 1:1 + width], ids[:, 2:2 + width], embeds
+
+    def deeper(self, embeds: torch.Tensor, guesses: torch.Tensor, columns: torch.Tensor, cache: DynamicCache) -> torch.Tensor:
+        """Level two at positions `columns` (each >= 1): t reads (embed(x_{t+1}), guesses[t - 1]) and attends to the
+        level-one positions before t, held in `cache`, and to itself."""
+        width, count = embeds.shape[1], columns.numel()
+        device = embeds.device
+        mask = torch.zeros((count, width + count), dtype=torch.bool, device=device)
+        mask[:, :width] = torch.arange(width, device=device)[None] < columns[:, None]
+        mask[:, width:] = torch.eye(count, dtype=torch.bool, device=device)
+        positions = columns[None].expand(embeds.shape[0], -1)
+        return self.head(embeds=embeds[:, columns], features=guesses[:, columns - 1], position_ids=positions,
+                         attention_mask=mask[None, None], cache=cache)
+
+    def soft_ce(self, logits: torch.Tensor, true_next: torch.Tensor) -> torch.Tensor:
+        """Cross-entropy of the draft logits against the target's distribution, read from the true next feature
+        through the same (draft-vocabulary) LM head."""
+        with torch.no_grad():
+            wanted = torch.softmax(true_next.float() @ self.lm_weight.T.float(), dim=-1)
+        return -(wanted * torch.log_softmax(logits.float(), dim=-1)).sum(-1).mean()
+
+    def terms(self, out: torch.Tensor, want: torch.Tensor, tokens: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor, float]:
+        """Feature regression, cross-entropy and top-1 accuracy of predicted features `out` (N, H)."""
+        reg = F.smooth_l1_loss(out, want)
+        logits = out @ self.lm_weight.T
+        if self.soft:
+            ce = self.soft_ce(logits, want)
+        else:
+            labels = self.t2d[tokens]
+            ce = F.cross_entropy(logits, labels, ignore_index=-1) if bool((labels >= 0).any()) else logits.sum() * 0
+        with torch.no_grad():
+            top = logits.argmax(-1)
+            top = top if self.rows is None else self.rows.to(top.device)[top]
+            acc = float((top == tokens).float().mean())
+        return reg, ce, acc
+
+    def _level2_columns(self, width: int, share: float) -> torch.Tensor:
+        columns = torch.arange(1, width, device=self.lm_weight.device)
+        if share >= 1.0:
+            return columns
+        keep = max(1, round(share * columns.numel()))
+        return columns[torch.randperm(columns.numel(), device=columns.device)[:keep].sort().values]
+
+    def loss(self, batch: dict[str, torch.Tensor], noise: bool = True,
+             level2: float | None = None) -> tuple[torch.Tensor, dict[str, float]]:
+        level2 = self.level2 if level2 is None else level2
+        mask = batch["mask"].to(self.lm_weight.device)
+        if mask.shape[1] == 0 or not bool(mask.any()):
+            zero = sum(p.sum() * 0 for p in self.head.parameters())
+            return zero, {"reg": 0.0, "ce": 0.0, "acc": 0.0, "tokens": 0}
+        cache = DynamicCache(config=self.head.config) if level2 > 0 and mask.shape[1] > 1 else None
+        predicted, true_next, next_tokens, embeds = self.forward(batch, noise, cache)
+        reg, ce, acc = self.terms(predicted[mask], true_next[mask], next_tokens[mask])
+        total = reg + self.ce_weight * ce
+        parts = {"reg": float(reg.detach()), "ce": float(ce.detach()), "acc": acc, "tokens": int(mask.sum())}
+        if cache is not None:
+            columns = self._level2_columns(mask.shape[1], level2)
+            deep_mask = mask[:, columns]
+            if bool(deep_mask.any()):
+                deep = self.deeper(embeds, predicted.detach(), columns, cache)
+                reg2, ce2, acc2 = self.terms(deep[deep_mask], true_next[:, columns][deep_mask], next_tokens[:, columns][deep_mask])
+                total = total + reg2 + self.ce_weight * ce2
+                parts |= {"acc2": acc2, "tokens2": int(deep_mask.sum())}
+        return total, parts
+
+    @torch.no_grad()
+    def evaluate(self, batches: list[dict[str, torch.Tensor]]) -> dict[str, float]:
+        """Held-out loss and top-1 accuracy (true features, no noise), and top-1 accuracy one level deeper
+        (the head reading its own guess of the feature, as in a draft tree's second call)."""
+        was_training = self.head.training
+        self.head.eval()
+        sums = {"loss": 0.0, "reg": 0.0, "ce": 0.0, "acc": 0.0, "acc_self": 0.0}
+        count = count2 = 0
+        for batch in batches:
+            _, parts = self.loss(batch, noise=False, level2=1.0)
+            n = parts["tokens"]
+            if n == 0:
+                continue
+            sums["loss"] += (parts["reg"] + self.ce_weight * parts["ce"]) * n
+            for key in ("reg", "ce", "acc"):
+                sums[key] += parts[key] * n
+            count += n
+            if "tokens2" in parts:
+                sums["acc_self"] += parts["acc2"] * parts["tokens2"]
+                count2 += parts["tokens2"]
+        self.head.train(was_training)
+        out = {k: v / max(1, count) for k, v in sums.items() if k != "acc_self"}
+        return out | {"acc_self": sums["acc_self"] / max(1, count2), "tokens": count}
+
+
+def _check(args) -> None:
+    for name in ("steps", "batch_tokens", "eval_every", "ckpt_every"):
+        if getattr(args, name) < 1:
+            raise TrainError(f"--{name.replace('_', '-')} must be at least 1.")
+    if args.lr <= 0:
+        raise TrainError("--lr must be positive.")
+    if not 0 <= args.heldout < 0.5:
+        raise TrainError("--heldout must lie in [0, 0.5).")
+    if not 0 <= args.level2 <= 1:
+        raise TrainError("--level2 must lie in [0, 1].")
+    if args.draft_vocab < 0:
+        raise TrainError("--draft-vocab must be 0 (the full vocabulary) or a positive number of tokens.")
+
+
+def _draft_vocab(args, target, meta: dict, train: list[dict], held: list[dict],
+                 state: dict | None) -> tuple[torch.Tensor | None, dict]:
+    """The head's draft vocabulary (None: the full one), printing and returning how well it covers the answers."""
+    extra = None
+    if args.vocab_prompt_weight > 0:
+        extra = prompt_token_counts(meta.get("prompts", ""), target.tokenizer, target.vocab_size, {s["id"] for s in held})
+    ranking = token_ranking(train, target.vocab_size, extra, args.vocab_prompt_weight)
+    cover_train, cover_held = coverage(ranking, train), coverage(ranking, held)
+    print("draft vocabulary coverage of answer tokens (top N by training-answer counts + weighted prompt counts):", flush=True)
+    for n in COVERAGE_SIZES:
+        print(f"  N={n:6d}  train {cover_train[n]:.4f}  held-out {cover_held[n]:.4f}", flush=True)
+    if state is not None:
+        vocab = state["draft_vocab"]
+    elif args.draft_vocab and args.draft_vocab < target.vocab_size:
+        vocab = choose_draft_vocab(ranking, args.draft_vocab, target.eos_ids())
+    else:
+        vocab = None
+    size = target.vocab_size if vocab is None else vocab.numel()
+    covered = share_in(vocab, held)
+    print(f"draft vocabulary: {size} tokens, held-out answer coverage {covered:.4f}", flush=True)
+    return vocab, {"draft_vocab": size, "draft_vocab_coverage_heldout": covered,
+                   "coverage_heldout": {str(n): round(v, 4) for n, v in cover_held.items()}}
+
+
+def _record(progress: Progress, lr: float, window: list[dict], trainer: HeadTrainer, held: list) -> dict:
+    """One line of the training history: the window's training means and the held-out evaluation."""
+    record = {"step": progress.step, "epoch": progress.epoch, "lr": lr}
+    for key in ("loss", "reg", "ce", "acc", "acc2"):
+        values = [w[key] for w in window if key in w]
+        if values:
+            record[f"train_{key}" if key != "acc2" else "train_acc_level2"] = sum(values) / len(values)
+    record["elapsed_s"] = round(progress.elapsed, 1)
+    if held:
+        ev = trainer.evaluate(held)
+        record |= {"heldout_loss": ev["loss"], "heldout_reg": ev["reg"], "heldout_ce": ev["ce"],
+                   "heldout_acc": ev["acc"], "heldout_acc_level2": ev["acc_self"]}
+    return record
+
+
+def cmd_fit(args) -> int:
+    from .head import new_head, save_head
+    from .models import load_target
+
+    _check(args)
+    if args.threads:
+        torch.set_num_threads(args.threads)
+    samples, meta = load_samples(args.data)
+    state = read_checkpoint(args.ckpt_dir, args.resume)
+    target = load_target(args.model or meta["model"], device=args.device)
+    if target.hidden_size != meta["hidden_size"]:
+        raise TrainError(f"The data in {args.data} has features of size {meta['hidden_size']}, "
+                         f"but {target.name} has hidden size {target.hidden_size}.")
+    train, held = split_samples(samples, args.heldout, args.seed)
+    tokens = _answer_tokens(train).numel()
+    print(f"{len(samples)} samples: {len(train)} for training ({tokens} answer tokens), {len(held)} held out.", flush=True)
+    vocab, vocab_summary = _draft_vocab(args, target, meta, train, held, state)
+    head = new_head(target, draft_vocab=vocab, seed=args.seed).train().requires_grad_(True)
+    trainer = HeadTrainer(target, head, ce_weight=args.ce_weight, noise=args.noise, soft=args.ce_target == "target",
+                          level2=args.level2)
+    prefix = shared_prefix(samples) if args.positions == "all" else None
+    warmup = args.warmup if args.warmup is not None else max(1, args.steps // 20)
+    optimiser = Optimiser(head, args.lr, args.steps, warmup, args.clip, args.weight_decay)
+    progress = restore(state, head, optimiser) if state is not None else Progress()
+    if state is not None:
+        print(f"resumed from {args.ckpt_dir} at step {progress.step}", flush=True)
+    held_batches = [collate(b, args.max_len) for b in make_batches(held, args.batch_tokens, random.Random(0))]
+    summary = {"data": str(args.data), "samples_train": len(train), "samples_heldout": len(held),
+               "answer_tokens_train": tokens, **vocab_summary, "vocab_prompt_weight": args.vocab_prompt_weight,
+               "ce_weight": args.ce_weight, "ce_target": args.ce_target, "noise": args.noise, "lr": args.lr,
+               "batch_tokens": args.batch_tokens, "positions": args.positions, "level2": args.level2}
+    batches = epoch_batches(progress, lambda epoch: make_batches(train, args.batch_tokens,
+                                                                 random.Random(args.seed * 7919 + epoch)))
+    window: list[dict] = []
+    with tqdm(total=args.steps, initial=progress.step, desc="fit", unit="step", dynamic_ncols=True) as bar:
+        while progress.step < args.steps:
+            started = time.time()
+            loss, parts = trainer.loss(collate(next(batches), args.max_len, prefix), noise=True)
+            optimiser.step(loss)
+            progress.step += 1
+            progress.elapsed += time.time() - started
+            window.append(parts | {"loss": float(loss.detach())})
+            bar.update(1)
+            if progress.step % args.eval_every == 0 or progress.step == args.steps:
+                progress.history.append(_record(progress, optimiser.lr, window, trainer, held_batches))
+                window = []
+                tqdm.write(" ".join(f"{k}={v:.4f}" if isinstance(v, float) else f"{k}={v}"
+                                    for k, v in progress.history[-1].items()))
+            if progress.step % args.ckpt_every == 0 or progress.step == args.steps:
+                write_checkpoint(args.ckpt_dir, head, optimiser, progress, draft_vocab=vocab)
+                save_head(head, args.out, extra={"training": summary | {
+                    "steps": progress.step, "final": progress.step >= args.steps, "wall_s": round(progress.elapsed, 1),
+                    "history": progress.history[-1:]}})
+    print(f"Saved the head to {args.out} after {progress.step} steps ({progress.elapsed:.0f} s of training).", flush=True)
+    return 0
+
+
+def add_parser(sub) -> None:
+    p = sub.add_parser("fit", help="train a draft head on data made by `data`")
+    p.add_argument("--data", required=True, help="directory written by `python -m ddd.train data`")
+    p.add_argument("--out", required=True, help="where the head goes (config.json + model.safetensors)")
+    p.add_argument("--model", default=None, help="target model (default: the one the data was made with)")
+    p.add_argument("--device", default="cpu")
+    p.add_argument("--steps", type=int, default=600)
+    p.add_argument("--batch-tokens", type=int, default=2048, help="padded tokens per batch")
+    p.add_argument("--lr", type=float, default=1e-3)
+    p.add_argument("--warmup", type=int, default=None, help="warm-up steps (default: 5%% of --steps)")
+    p.add_argument("--weight-decay", type=float, default=0.0)
+    p.add_argument("--clip", type=float, default=0.5, help="gradient-norm clip")
+    p.add_argument("--ce-weight", type=float, default=0.1, help="weight of the next-token cross-entropy")
+    p.add_argument("--ce-target", choices=("token", "target"), default="token",
+                     help="cross-entropy against the next token (EAGLE) or the target's whole next-token distribution")
+    p.add_argument("--noise", type=float, default=0.2, help="width of the uniform noise on input features")
+    p.add_argument("--positions", choices=("answer", "all"), default="answer",
+                     help="learn from answer tokens only, or from every token after the prompts' shared prefix")
+    p.add_argument("--level2", type=float, default=0.0,
+                     help="share of positions that also learn one level deeper, from the head's own features (0: off)")
+    p.add_argument("--draft-vocab", type=int, default=8192,
+                     help="keep the N most frequent answer tokens as the draft vocabulary (0: the full vocabulary)")
+    p.add_argument("--vocab-prompt-weight", type=float, default=0.1,
+                     help="weight of the training prompts' token counts when ranking the draft vocabulary (0: answers only)")
+    p.add_argument("--heldout", type=float, default=0.05, help="share of samples held out for evaluation")
+    p.add_argument("--max-len", type=int, default=1024, help="longer samples are cut")
+    p.add_argument("--eval-every", type=int, default=50)
+    p.add_argument("--ckpt-every", type=int, default=50)
+    p.add_argument("--ckpt-dir", default="runs/head-ckpt", help="checkpoints for --resume")
+    p.add_argument("--resume", action="store_true", help="continue from the checkpoint in --ckpt-dir")
+    p.add_argument("--seed", type=int, default=0)
+    p.add_argument("--threads", type=int, default=0, help="torch CPU threads (0: torch's default)")
+    p.set_defaults(func=cmd_fit)
