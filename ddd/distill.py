@@ -28,8 +28,8 @@ import torch.nn.functional as F
 from transformers import DynamicCache
 
 from .jsonl import read_jsonl
-from .training import (Optimiser, Progress, TrainError, choose_draft_vocab, epoch_batches, log_record, read_checkpoint,
-                       read_prompts, restore, write_checkpoint)
+from .training import (Optimiser, Progress, TrainError, choose_draft_vocab, epoch_batches, length_batches, log_record,
+                       read_checkpoint, read_prompts, restore, write_checkpoint)
 
 DEFAULT_CORPUS = ("../shared/data/corpus/alpaca_eval_open_models.jsonl", "../shared/data/corpus/gsm8k_train.jsonl")
 HELDOUT_EVERY = 50  # one prompt in 50 (by a hash of its text) is held out, with every answer to it
@@ -85,18 +85,7 @@ def template_prefix(tokenizer) -> int:
 
 
 def make_batches(texts: list[Text], batch_tokens: int, rng: random.Random) -> list[list[Text]]:
-    """Texts of similar length together, at most `batch_tokens` padded tokens a batch; batches shuffled."""
-    order = sorted(texts, key=lambda t: len(t.ids))
-    batches, current = [], []
-    for text in order:
-        if current and (len(current) + 1) * len(text.ids) > batch_tokens:
-            batches.append(current)
-            current = []
-        current.append(text)
-    if current:
-        batches.append(current)
-    rng.shuffle(batches)
-    return batches
+    return length_batches(texts, [len(t.ids) for t in texts], batch_tokens, rng)
 
 
 def collate(texts: list[Text], pad_id: int) -> Batch:

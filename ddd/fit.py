@@ -23,8 +23,8 @@ from tqdm import tqdm
 from transformers import DynamicCache
 
 from .answers import load_samples
-from .training import (Optimiser, Progress, TrainError, choose_draft_vocab, epoch_batches, read_checkpoint, read_prompts,
-                       restore, write_checkpoint)
+from .training import (Optimiser, Progress, TrainError, choose_draft_vocab, epoch_batches, length_batches,
+                       read_checkpoint, read_prompts, restore, write_checkpoint)
 
 COVERAGE_SIZES = (1024, 2048, 4096, 8192, 16384, 32768)
 
@@ -103,24 +103,7 @@ def shared_prefix(samples: list[dict]) -> int:
 
 
 def make_batches(samples: list[dict], batch_tokens: int, rng: random.Random) -> list[list[dict]]:
-    """Length-grouped batches of about `batch_tokens` padded tokens, in random order."""
-    order = samples[:]
-    rng.shuffle(order)
-    pool = max(1, 16 * batch_tokens // max(1, int(sum(len(s["ids"]) for s in samples) / max(1, len(samples)))))
-    batches = []
-    for start in range(0, len(order), pool):
-        chunk = sorted(order[start:start + pool], key=lambda s: len(s["ids"]))
-        batch: list[dict] = []
-        for sample in chunk:
-            width = max([len(sample["ids"])] + [len(s["ids"]) for s in batch])
-            if batch and width * (len(batch) + 1) > batch_tokens:
-                batches.append(batch)
-                batch = []
-            batch.append(sample)
-        if batch:
-            batches.append(batch)
-    rng.shuffle(batches)
-    return batches
+    return length_batches(samples, [len(s["ids"]) for s in samples], batch_tokens, rng)
 
 
 def collate(batch: list[dict], max_len: int, prefix: int | None = None) -> dict[str, torch.Tensor]:

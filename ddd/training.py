@@ -3,6 +3,7 @@ draft vocabulary's cut, the learning-rate schedule and checkpoint files."""
 from __future__ import annotations
 
 import math
+import random
 from collections.abc import Callable, Iterator
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
@@ -86,6 +87,28 @@ def save_checkpoint(path: Path, state: dict) -> None:
     tmp = path.with_suffix(".tmp")
     torch.save(state, tmp)
     tmp.replace(path)
+
+
+def length_batches(items: list, lengths: list[int], batch_tokens: int, rng: random.Random) -> list[list]:
+    """Batches of about `batch_tokens` padded tokens, in random order: items of similar length go together
+    (sorted within shuffled pools of about 16 batches, so that batches differ from epoch to epoch)."""
+    order = list(range(len(items)))
+    rng.shuffle(order)
+    pool = max(1, 16 * batch_tokens // max(1, sum(lengths) // max(1, len(items))))
+    batches = []
+    for start in range(0, len(order), pool):
+        batch: list[int] = []
+        width = 0
+        for i in sorted(order[start:start + pool], key=lambda i: lengths[i]):
+            if batch and max(width, lengths[i]) * (len(batch) + 1) > batch_tokens:
+                batches.append(batch)
+                batch, width = [], 0
+            batch.append(i)
+            width = max(width, lengths[i])
+        if batch:
+            batches.append(batch)
+    rng.shuffle(batches)
+    return [[items[i] for i in batch] for batch in batches]
 
 
 @dataclass
