@@ -19,7 +19,7 @@ from pathlib import Path
 
 import torch
 
-from .bench import BenchError, load_questions, select_questions
+from .questions import QuestionError, load_questions, select_questions
 from .engine import encode_prompt, generate
 from .models import ModelLoadError, Target, load_target
 from .settings import PRECISIONS
@@ -136,7 +136,7 @@ def main(argv: list[str] | None = None) -> int:
     try:
         questions = select_questions(load_questions(args.questions), args.limit)
         modes = measure(questions, precisions, args.max_new_tokens, args.model, args.device)
-    except (BenchError, ModelLoadError) as err:
+    except (QuestionError, ModelLoadError) as err:
         parser.exit(2, f"error: {err}\n")
     print(table(modes))
     if args.out:

@@ -3,7 +3,7 @@ import json
 
 import pytest
 
-from ddd import bench, metrics
+from ddd import bench, metrics, questions
 from ddd.head import save_head
 from ddd.trace import Step, summarize
 
@@ -103,9 +103,9 @@ def test_limit_covers_every_category_first():
     items = ([{"question_id": f"a{i}", "category": "a", "prompt": "x"} for i in range(5)]
              + [{"question_id": f"b{i}", "category": "b", "prompt": "x"} for i in range(2)]
              + [{"question_id": "c0", "category": "c", "prompt": "x"}])
-    picked = bench.select_questions(items, 4)
+    picked = questions.select_questions(items, 4)
     assert [q["question_id"] for q in picked] == ["a0", "b0", "c0", "a1"]
-    assert len(bench.select_questions(items, None)) == len(items)
+    assert len(questions.select_questions(items, None)) == len(items)
 
 
 # -- argument errors --------------------------------------------------------------------------------
