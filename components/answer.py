@@ -1,7 +1,8 @@
 """A method's answer as HTML: tokens shaded by how they were made, plus its live counters."""
 from __future__ import annotations
 
-from ddd.trace import RunTrace, Step, summarize
+from ddd.metrics import summarize
+from ddd.trace import RunTrace, Step
 
 from .race import METHOD_LABELS
 from .tokens import escape, visible

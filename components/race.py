@@ -12,7 +12,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from ddd.trace import SCHEMA_VERSION, RunTrace, TraceFileError, summarize
+from ddd.metrics import summarize
+from ddd.trace import SCHEMA_VERSION, RunTrace, TraceFileError
 
 RACE_FORMAT = "ddd-explorer-race"
 RACE_VERSION = 1

@@ -110,7 +110,6 @@ def time_target(target: Target, prompt: str = CALIBRATION_PROMPTS[0], sizes=SIZE
     ids = torch.tensor([encode_prompt(target, prompt, True)], device=target.device)
     cache = DynamicCache(config=model.config)
     hidden = model.model(input_ids=ids, cache=cache, use_cache=True).last_hidden_state[0]
-    past = cache.get_seq_length()
     forward_ms, lm_ms = {}, {}
     for n in sizes:
         new = ids[:, -1:].expand(1, n).contiguous()

@@ -18,7 +18,8 @@ from .drafting import Draft, Drafter, DynamicTreeDrafter, HeadRunner, StaticTree
 from .head import EagleHead
 from .models import Target
 from .settings import Sampling, SettingsError, method_settings, settings_dict
-from .trace import DraftNode, RunTrace, Step, summarize
+from .metrics import summarize
+from .trace import DraftNode, RunTrace, Step
 from .tree import DraftTree, Pool
 
 

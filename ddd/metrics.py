@@ -1,7 +1,8 @@
-"""Benchmark arithmetic: small pure functions over step traces and per-question result rows.
+"""The metrics, defined once (docs/trace.md): small pure functions over step traces and per-question rows.
 
 A run is first reduced to `counts` (plain sums: tokens, forwards, milliseconds), which can be pooled
-across questions by adding them up; every reported figure (DESIGN.md 5 names) is derived from counts.
+across questions by adding them up; every reported figure is derived from counts, for a run's own summary
+(the trace, the CLI, the app) and for the benchmark's tables alike.
 Pooled ratios (tau, acceptance rate, time shares) weigh every step alike; per-question figures
 (tokens/s, speedup) are summarised by their median, so one long answer cannot dominate.
 """
@@ -33,7 +34,7 @@ COUNT_FIELDS = (
 
 
 def counts_from_steps(steps: Sequence[Step]) -> dict[str, float]:
-    """Counts of one engine run from its steps (the same definitions as `ddd.trace.summarize`)."""
+    """Counts of one engine run from its steps."""
     decode = [s for s in steps if not s.prefill]
     speculative = [s for s in decode if s.draft_calls]
     return {
@@ -131,6 +132,28 @@ def derived(counts: Mapping[str, Any]) -> dict[str, float | None]:
         "acceptance_rate": acceptance_rate(counts),
         "mean_draft_depth": mean_draft_depth(counts),
         **time_shares(counts),
+    }
+
+
+def summarize(steps: Sequence[Step]) -> dict[str, float]:
+    """A run's summary as the trace stores it: its counts' figures, with 0 where a figure does not apply.
+    tau counts decode steps only: the prefill always emits one token."""
+    counts = counts_from_steps(steps)
+    figures = derived(counts)
+    decode_ms = counts["draft_ms"] + counts["verify_ms"] + counts["other_ms"]
+    steps_done = counts["decode_steps"]
+    return {
+        "new_tokens": counts["new_tokens"],
+        "tokens_per_s": figures["tokens_per_s"] or 0.0,
+        "decode_tokens_per_s": _ratio(counts["decode_tokens"], decode_ms / 1000) or 0.0,
+        "prefill_ms": counts["prefill_ms"],
+        "total_ms": counts["total_ms"],
+        "target_forwards": counts["target_forwards"],
+        "tau": figures["tau"] or 0.0,
+        "acceptance_rate": figures["acceptance_rate"] or 0.0,
+        "mean_draft_depth": figures["mean_draft_depth"] or 0.0,
+        **{key: counts[key] for key in ("draft_ms", "verify_ms", "other_ms")},
+        **{f"{key}_per_step": _ratio(counts[key], steps_done) or 0.0 for key in ("draft_ms", "verify_ms", "other_ms")},
     }
 
 

@@ -6,13 +6,11 @@ carries SCHEMA_VERSION; a file of another version is refused with a clear messag
 from __future__ import annotations
 
 import json
-import statistics
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
 
 SCHEMA_VERSION = 1
-STATUSES = ("root", "accepted", "rejected", "pruned")
 
 
 class TraceFileError(ValueError):
@@ -134,36 +132,3 @@ class RunTrace:
             return cls.from_dict(data)
         except (TypeError, KeyError) as err:
             raise TraceFileError(f"{path} is not a valid trace: {err}.") from err
-
-
-def summarize(steps: list[Step]) -> dict[str, Any]:
-    """Summary metrics (names of DESIGN.md 5). tau counts decode steps only: the prefill always emits one token."""
-    decode = [s for s in steps if not s.prefill]
-    prefill_ms = sum(s.ms for s in steps if s.prefill)
-    tokens = sum(len(s.token_ids) for s in steps)
-    decode_tokens = sum(len(s.token_ids) for s in decode)
-    total_ms = sum(s.ms for s in steps)
-    draft_ms = sum(s.draft_ms for s in decode)
-    verify_ms = sum(s.verify_ms for s in decode)
-    other_ms = sum(s.other_ms for s in decode)
-    decode_ms = draft_ms + verify_ms + other_ms
-    verified = sum(max(s.verified - 1, 0) for s in decode)
-    accepted = sum(s.accepted for s in decode)
-    speculative = [s for s in decode if s.draft_calls]
-    return {
-        "new_tokens": tokens,
-        "tokens_per_s": tokens / (total_ms / 1000) if total_ms else 0.0,
-        "decode_tokens_per_s": decode_tokens / (decode_ms / 1000) if decode_ms else 0.0,
-        "prefill_ms": prefill_ms,
-        "total_ms": total_ms,
-        "target_forwards": len(steps),
-        "tau": decode_tokens / len(decode) if decode else 0.0,
-        "acceptance_rate": accepted / verified if verified else 0.0,
-        "mean_draft_depth": statistics.fmean(s.draft_calls for s in speculative) if speculative else 0.0,
-        "draft_ms": draft_ms,
-        "verify_ms": verify_ms,
-        "other_ms": other_ms,
-        "draft_ms_per_step": draft_ms / len(decode) if decode else 0.0,
-        "verify_ms_per_step": verify_ms / len(decode) if decode else 0.0,
-        "other_ms_per_step": other_ms / len(decode) if decode else 0.0,
-    }

@@ -92,16 +92,3 @@ class DraftTree:
             rows = (self.depths == depth).nonzero().squeeze(1)
             mask[rows] |= mask[self.parents[rows]]
         return mask
-
-    def paths(self) -> list[list[int]]:
-        """Root-to-leaf paths as lists of tree indices."""
-        parents = self.parents.tolist()
-        has_child = set(parents)
-        out = []
-        for leaf in (i for i in range(len(parents)) if i not in has_child):
-            path, node = [], leaf
-            while node >= 0:
-                path.append(node)
-                node = parents[node]
-            out.append(path[::-1])
-        return out

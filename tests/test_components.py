@@ -19,7 +19,8 @@ from components.replay import duration, frame_times, steps_done
 from components.tokens import visible
 from components.tree import BONUS, COLORS, GHOST_COLOR, build_graph, layout, tree_figure
 from components.views import race_views, step_view
-from ddd.trace import SCHEMA_VERSION, DepthCheck, DraftNode, RunTrace, Step, summarize
+from ddd.metrics import summarize
+from ddd.trace import SCHEMA_VERSION, DepthCheck, DraftNode, RunTrace, Step
 
 EXAMPLES = sorted((Path(__file__).resolve().parents[1] / "assets" / "examples").glob("*.json"))
 

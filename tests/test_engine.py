@@ -68,7 +68,8 @@ def test_tree_invariants(llama, llama_head):
                 assert index[node.parent].status != "pruned"  # rerank keeps every kept node's parent
         path = step.accepted_path
         assert path[0] == 0 and [index[i].depth for i in path] == list(range(len(path)))
-        assert len(path) - 1 == step.accepted or step is steps[-1]
+        # the last step may be cut short (end of turn, max_new_tokens): it keeps the accepted drafts it emits
+        assert step.accepted == min(len(path) - 1, len(step.token_ids) - 1)
 
 
 def test_ancestor_mask_and_positions():
@@ -78,7 +79,6 @@ def test_ancestor_mask_and_positions():
     mask = tree.ancestor_mask()
     expected = [{0}, {0, 1}, {0, 2}, {0, 1, 3}, {0, 1, 3, 4}]
     assert [set(torch.nonzero(row).flatten().tolist()) for row in mask] == expected
-    assert sorted(tree.paths()) == [[0, 1, 3, 4], [0, 2]]
 
 
 def test_verify_positions_are_prefix_plus_depth(llama, llama_head, monkeypatch):

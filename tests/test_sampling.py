@@ -4,7 +4,6 @@ Over many seeds we draw the first three new tokens with each method and compare 
 with the exact probabilities computed from the target (a chi-square goodness-of-fit test). Cells with an
 expected count under 5 are pooled. The false-alarm rate of each test is ALPHA.
 """
-import itertools
 
 import pytest
 import torch
