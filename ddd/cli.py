@@ -3,7 +3,9 @@
 from __future__ import annotations
 
 import argparse
+import signal
 import sys
+import threading
 
 from .engine import PromptError, generate
 from .head import HeadLoadError, resolve_head
@@ -57,6 +59,23 @@ def _model_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--device", default="cpu")
 
 
+def _stream(run) -> None:
+    """Print the answer as it comes. The first Ctrl-C ends the run after the current step (its text and
+    summary still print); a second one interrupts at once."""
+    def stop(signum, frame) -> None:
+        run.stop()
+        signal.signal(signal.SIGINT, previous)
+
+    previous = signal.signal(signal.SIGINT, stop) if threading.current_thread() is threading.main_thread() else None
+    try:
+        for step in run:
+            print(step.text, end="", flush=True)
+    finally:
+        if previous is not None:
+            signal.signal(signal.SIGINT, previous)
+    print()
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = build_parser()
     args = parser.parse_args(argv)
@@ -72,9 +91,7 @@ def main(argv: list[str] | None = None) -> int:
         sampling = Sampling(temperature=args.temperature, top_p=args.top_p, top_k=args.top_k, seed=args.seed)
         run = generate(target, head, args.prompt, args.method, max_new_tokens=args.max_new_tokens,
                        sampling=sampling, chat=not args.no_chat, **dict(args.settings))
-        for step in run:
-            print(step.text, end="", flush=True)
-        print()
+        _stream(run)
         summary = run.trace.summary
         print(f"\n[{args.method}] stop: {run.trace.stop_reason}")
         for key in SUMMARY_KEYS:

@@ -97,7 +97,7 @@ class Generation:
         )
 
     def stop(self) -> None:
-        """Ask the run to end after the current step."""
+        """Ask the run to end after the current step (thread- and signal-safe: it only sets a flag)."""
         self._stop_requested = True
 
     @property
@@ -141,8 +141,10 @@ class Generation:
         index = 1
         while True:
             if self._stop_requested:
+                # Steps already handed out stay as they were: a stopped run's text is what its steps emitted
+                # (a character still waiting for its last bytes is dropped).
                 self.trace.stop_reason = "stopped"
-                self.trace.steps[-1].text += self._finish()
+                self.trace.text = self._text
                 return
             past = cache.get_seq_length()
             start = self._sync()

@@ -68,3 +68,44 @@ def test_budget_bad_values(tiny_llama_dir, extra, message, capsys):
         main(["budget", "--model", str(tiny_llama_dir), "--head", "random", *extra])
     assert exit_info.value.code == 2
     assert message in capsys.readouterr().err
+
+
+def test_a_stopped_run_prints_every_character_its_steps_emitted(tmp_path, tiny_llama_dir, llama_head, capsys,
+                                                                 monkeypatch):
+    """Ctrl-C ends the run after the current step; what was printed is the trace's steps joined."""
+    import os
+    import signal
+
+    from ddd import cli
+
+    real_generate = cli.generate
+
+    def interrupted(*args, **kwargs):
+        run = real_generate(*args, **kwargs)
+        steps = iter(run)
+
+        class Interrupted:
+            trace = run.trace
+
+            def stop(self):
+                run.stop()
+
+            def __iter__(self):
+                for number, step in enumerate(steps):
+                    if number == 3:
+                        os.kill(os.getpid(), signal.SIGINT)
+                    yield step
+
+        return Interrupted()
+
+    monkeypatch.setattr(cli, "generate", interrupted)
+    head_dir = save_head(llama_head, tmp_path / "head")
+    main(["generate", "the cat sat", "--model", str(tiny_llama_dir), "--head", str(head_dir), "--method", "eagle2",
+          "--max-new-tokens", "40", "--save", str(tmp_path / "run.json")])
+    out = capsys.readouterr().out
+    from ddd.trace import RunTrace
+
+    trace = RunTrace.load(tmp_path / "run.json")
+    assert trace.stop_reason == "stopped" and len(trace.steps) == 4  # the step under way when Ctrl-C came is the last
+    joined = "".join(step.text for step in trace.steps)
+    assert out.startswith(joined + "\n") and trace.text == joined
