@@ -24,7 +24,7 @@ from transformers import LlamaConfig
 from transformers.modeling_outputs import BaseModelOutputWithPast
 from transformers.models.llama.modeling_llama import LlamaAttention, LlamaMLP, LlamaRMSNorm, LlamaRotaryEmbedding
 
-from .head import (DraftHead, HeadLoadError, d2t_of, draft_map, llama_config, refuse_misfit,
+from .head import (DraftHead, HeadLoadError, d2t_of, draft_map, fit_problems, llama_config, refuse_misfit,
                    target_config_fields)
 from .models import Target
 
@@ -132,17 +132,11 @@ class Eagle3Head(DraftHead):
 
     @classmethod
     def from_checkpoint(cls, raw: dict, weights: dict[str, torch.Tensor], target: Target, where: Path) -> "Eagle3Head":
-        hidden = weights["fc.weight"].shape[0]
         num_layers = target.model.config.num_hidden_layers
-        problems = []
-        # The head reads the target's token embeddings, so its own width must be the target's.
-        if hidden != target.hidden_size:
-            problems.append(f"hidden size: head {hidden}, target {target.hidden_size}")
+        # The head reads the target's token embeddings, so its own width must be the target's too.
+        problems = fit_problems(raw, weights, target)
         if raw.get("target_hidden_size", target.hidden_size) != target.hidden_size:
             problems.append(f"target hidden size: head {raw['target_hidden_size']}, target {target.hidden_size}")
-        vocab = raw.get("vocab_size", target.vocab_size)
-        if vocab != target.vocab_size:
-            problems.append(f"vocabulary: head {vocab}, target {target.vocab_size}")
         layers = aux_layers_of(raw, num_layers, where)
         if not all(0 <= i <= num_layers for i in layers):
             problems.append(f"feature layers {list(layers)}: the target has hidden states 0 to {num_layers}")

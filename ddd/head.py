@@ -177,14 +177,7 @@ class EagleHead(DraftHead):
 
     @classmethod
     def from_checkpoint(cls, raw: dict, weights: dict[str, torch.Tensor], target: Target, where: Path) -> "EagleHead":
-        hidden = weights["fc.weight"].shape[0]
-        problems = []
-        if hidden != target.hidden_size:
-            problems.append(f"hidden size: head {hidden}, target {target.hidden_size}")
-        vocab = raw.get("vocab_size", target.vocab_size)
-        if vocab != target.vocab_size:
-            problems.append(f"vocabulary: head {vocab}, target {target.vocab_size}")
-        refuse_misfit(problems, where, target)
+        refuse_misfit(fit_problems(raw, weights, target), where, target)
         config = llama_config(raw, where)
         d2t = weights.get("d2t")
         if d2t is not None:
@@ -246,6 +239,18 @@ def _one_line(err: Exception) -> str:
 def _listing(keys: list[str]) -> str:
     shown = ", ".join(keys[:_SHOWN])
     return shown + (f" and {len(keys) - _SHOWN} more" if len(keys) > _SHOWN else "")
+
+
+def fit_problems(raw: dict, weights: dict[str, torch.Tensor], target: Target) -> list[str]:
+    """Where a head's config and weights disagree with the target's hidden size and vocabulary."""
+    problems = []
+    for hidden in dict.fromkeys((weights["fc.weight"].shape[0], raw.get("hidden_size", target.hidden_size))):
+        if hidden != target.hidden_size:
+            problems.append(f"hidden size: head {hidden}, target {target.hidden_size}")
+    vocab = raw.get("vocab_size", target.vocab_size)
+    if vocab != target.vocab_size:
+        problems.append(f"vocabulary: head {vocab}, target {target.vocab_size}")
+    return problems
 
 
 def refuse_misfit(problems: list[str], where: Path, target: Target) -> None:
