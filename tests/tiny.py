@@ -123,3 +123,17 @@ def fit_eagle3_head(target: Target, prompts: list[str] = PROMPTS, steps: int = 3
 
 def load_tiny(directory: Path) -> Target:
     return load_target(str(directory))
+
+
+def write_broken_head(directory: Path, target: Target, kind: str) -> Path:
+    """A head file for `target` (kind "eagle" or "eagle3") that lacks one weight of its MLP."""
+    from safetensors.torch import save_file
+
+    from ddd import save_head
+
+    head = new_eagle3_head(target, layers=(0, 1, 2)) if kind == "eagle3" else new_head(target)
+    save_head(head, directory)
+    state = head.state_dict_official()
+    state.pop("midlayer.mlp.down_proj.weight" if kind == "eagle3" else "layers.0.mlp.down_proj.weight")
+    save_file({k: v.contiguous() for k, v in state.items()}, directory / "model.safetensors")
+    return directory
