@@ -282,7 +282,7 @@ def _read_weights(directory: Path) -> dict[str, torch.Tensor]:
             else:
                 weights = torch.load(path, map_location="cpu", weights_only=True)
         # A damaged file fails inside safetensors or the unpickler with whatever error it meets first.
-        except Exception as err:  # noqa: BLE001
+        except Exception as err:
             raise HeadLoadError(f"Cannot read {path}: {_one_line(err)}") from None
         if not isinstance(weights, dict) or not all(
                 isinstance(k, str) and isinstance(v, torch.Tensor) for k, v in weights.items()):
@@ -297,7 +297,7 @@ def llama_config(raw: dict, where: Path) -> LlamaConfig:
     try:
         config = LlamaConfig(**fields)
     # Field validation reports through several exception types (TypeError, ValueError, hub dataclass errors).
-    except Exception as err:  # noqa: BLE001
+    except Exception as err:
         raise HeadLoadError(f"config.json in {where} is not a Llama config a head can be built from: "
                             f"{_one_line(err)}") from None
     heads, kv_heads = config.num_attention_heads, config.num_key_value_heads
@@ -367,7 +367,7 @@ def load_head(directory: str | Path, target: Target) -> DraftHead:
             head(torch.randn(1, 2, head.config.hidden_size), head.fuse(torch.randn(1, 2, head.feature_size)),
                  torch.arange(2)[None])
     # The checks above cover what we know can go wrong; this catches config combinations nobody listed.
-    except Exception as err:  # noqa: BLE001
+    except Exception as err:
         raise HeadLoadError(f"The head at {directory} fails on a test input: {_one_line(err)}") from None
     head.name = str(directory)
     return for_target(head, target)
