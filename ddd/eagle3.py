@@ -28,9 +28,6 @@ from .head import (DraftHead, HeadLoadError, d2t_of, draft_map, fit_problems, ll
                    target_config_fields)
 from .models import Target
 
-KIND = "eagle3"
-
-
 def default_aux_layers(num_layers: int) -> tuple[int, int, int]:
     """The official choice, as `output_hidden_states` indices: the inputs of layers 2, L//2 and L-3."""
     return 2, num_layers // 2, num_layers - 3
@@ -76,7 +73,7 @@ class Eagle3Layer(nn.Module):
 
 
 class Eagle3Head(DraftHead):
-    kind = KIND
+    kind = "eagle3"
 
     def __init__(self, config: LlamaConfig, aux_layers: tuple[int, ...], d2t: torch.Tensor):
         super().__init__()

@@ -198,7 +198,7 @@ class Generation:
         """The target's final hidden states (seq, H) and the head's features (seq, F) from one forward."""
         output = self.target.model.model(**inputs, **self._feature_request)
         hidden = output.last_hidden_state[0]
-        return hidden, (self.head.target_features(output)[0] if self._feature_request else hidden)
+        return hidden, (self.head.target_features(output)[0] if self.drafter is not None else hidden)
 
     def _verify(self, cache: DynamicCache, tree: DraftTree, past: int) -> tuple[torch.Tensor, torch.Tensor]:
         """One target forward over the whole tree: each node sees the prefix, its ancestors and itself."""

@@ -126,7 +126,7 @@ class DraftHead(nn.Module, ABC):
                     key = ours + key[len(published):]
                     break
             state[key] = value
-        self.load_state_dict(state, strict=False)
+        self.load_state_dict(state)
 
 
 class EagleHead(DraftHead):
