@@ -23,7 +23,7 @@ import torch
 from transformers import DynamicCache
 
 from .engine import encode_prompt, generate
-from .head import EagleHead
+from .head import DraftHead
 from .models import Target
 from .settings import DDDSettings, Eagle2Settings, SettingsError
 from .trace import Step
@@ -192,7 +192,7 @@ def plan(steps: list[Step], costs: Costs, top_k: int, max_calls: int, max_tokens
     return out
 
 
-def auto_budget(target: Target, head: EagleHead, *, prompts: tuple[str, ...] = CALIBRATION_PROMPTS,
+def auto_budget(target: Target, head: DraftHead, *, prompts: tuple[str, ...] = CALIBRATION_PROMPTS,
                 new_tokens: int = 32, top_k: int = 8, max_calls: int = 8, max_tokens: int = 64,
                 repeats: int = 3) -> BudgetReport:
     """Measure this machine and return the fastest EAGLE-2 and DDD settings it predicts (greedy decoding)."""

@@ -8,7 +8,7 @@ from dataclasses import dataclass, field
 import torch
 from transformers import DynamicCache
 
-from .head import EagleHead
+from .head import DraftHead
 from .models import Target
 from .settings import DDDSettings, Eagle2Settings, EagleSettings
 from .trace import DepthCheck
@@ -16,41 +16,42 @@ from .tree import DraftTree, Pool, rerank
 
 
 class HeadRunner:
-    """Runs the draft head: its KV cache holds only accepted context; tree nodes go on top and are dropped."""
+    """Runs the draft head: its KV cache holds only accepted context; tree nodes go on top and are dropped.
 
-    def __init__(self, head: EagleHead, target: Target):
+    Context positions take the target's features (fused by the head); tree nodes take their parent's output.
+    """
+
+    def __init__(self, head: DraftHead, target: Target):
         self.head = head
         self.embed = target.model.get_input_embeddings()
-        weight = target.lm_weight
         self.vocab_ids = head.draft_to_target()
-        # The draft LM head: the target's, restricted to the draft vocabulary when the head has one.
-        self.lm_weight = weight if self.vocab_ids is None else weight[self.vocab_ids].contiguous()
+        self.draft_lm = head.draft_lm(target)
         self.cache = DynamicCache(config=head.config)
-        self.min_value = torch.finfo(weight.dtype).min
+        self.min_value = torch.finfo(target.lm_weight.dtype).min
         self._tree_start = 0
         self._slots = 0
-        self._slot_mask = torch.zeros(0, 0, dtype=torch.bool, device=weight.device)
+        self._slot_mask = torch.zeros(0, 0, dtype=torch.bool, device=target.device)
 
     @property
     def context_length(self) -> int:
         return self.cache.get_seq_length()
 
     def logprobs(self, features: torch.Tensor) -> torch.Tensor:
-        return torch.log_softmax((features @ self.lm_weight.T).float(), dim=-1)
+        """Draft log-probabilities over the draft vocabulary from head outputs."""
+        return torch.log_softmax(self.draft_lm(features).float(), dim=-1)
 
     def to_target_ids(self, draft_ids: torch.Tensor) -> torch.Tensor:
         return draft_ids if self.vocab_ids is None else self.vocab_ids[draft_ids]
 
     def extend(self, next_tokens: torch.Tensor, features: torch.Tensor) -> torch.Tensor:
-        """Feed accepted positions (features f_t with tokens x_{t+1}); returns the last predicted feature (H,)."""
+        """Feed accepted positions (target features f_t with tokens x_{t+1}); returns the last output (H,)."""
         start = self.context_length
         n = next_tokens.numel()
         positions = torch.arange(start, start + n, device=features.device)
         mask = torch.full((n, start + n), self.min_value, dtype=features.dtype, device=features.device)
         mask.masked_fill_(torch.arange(start + n, device=mask.device)[None, :] <= positions[:, None], 0)
-        out = self.head(
-            self.embed(next_tokens.view(1, -1)), features.view(1, n, -1), positions[None], mask[None, None], self.cache
-        )
+        out = self.head(self.embed(next_tokens.view(1, -1)), self.head.fuse(features.view(1, n, -1)), positions[None],
+                        mask[None, None], self.cache)
         return out[0, -1]
 
     def begin_tree(self) -> None:

@@ -15,7 +15,7 @@ from transformers import DynamicCache
 
 from .acceptance import Acceptance, TreeLogits, accept_greedy, accept_sampled, next_token
 from .drafting import Draft, Drafter, DynamicTreeDrafter, HeadRunner, StaticTreeDrafter
-from .head import EagleHead
+from .head import DraftHead
 from .models import Target
 from .settings import Sampling, SettingsError, method_settings, settings_dict
 from .metrics import summarize
@@ -69,7 +69,7 @@ def _keep_cache(cache: DynamicCache, past: int, kept: torch.Tensor) -> None:
 class Generation:
     """An iterator of Steps; after (or during) iteration `.trace` holds the whole run."""
 
-    def __init__(self, target: Target, head: EagleHead | None, prompt: str, method: str = "ddd", *,
+    def __init__(self, target: Target, head: DraftHead | None, prompt: str, method: str = "ddd", *,
                  max_new_tokens: int = 128, sampling: Sampling | None = None, settings: Any = None,
                  chat: bool = True, record: bool = True):
         self.target, self.head, self.method = target, head, method
@@ -94,7 +94,12 @@ class Generation:
             method=method, settings=settings_dict(self.settings), sampling=settings_dict(self.sampling),
             model=target.name, head=getattr(head, "name", None) if head is not None else None, prompt=prompt,
             prompt_tokens=len(self.prompt_ids), precision=target.precision, device=str(target.device),
+            head_kind=head.kind if head is not None else None,
         )
+        # The target's forwards also give the head its features: the hidden states it reads, when they are
+        # not only the final one. Plain decoding asks for nothing extra.
+        ids = head.hidden_state_ids if self.drafter is not None else None
+        self._feature_request = {"output_hidden_states": ids} if ids else {}
 
     def stop(self) -> None:
         """Ask the run to end after the current step (thread- and signal-safe: it only sets a flag)."""
@@ -124,7 +129,7 @@ class Generation:
         ids = torch.tensor([self.prompt_ids], device=device)
 
         start = self._sync()
-        hidden = model.model(input_ids=ids, cache=cache, use_cache=True).last_hidden_state[0]
+        hidden, features = self._forward(input_ids=ids, cache=cache, use_cache=True)
         logits = model.lm_head(hidden[-1:])[0]
         verified = self._sync()
         token = next_token(logits, self.sampling, generator)
@@ -136,7 +141,7 @@ class Generation:
 
         runner = HeadRunner(self.head, self.target) if self.drafter else None
         # What the head has not seen yet: features f_t with the tokens x_{t+1} that follow them.
-        pending_features, pending_next = hidden, ids[0, 1:].tolist() + [token]
+        pending_features, pending_next = features, ids[0, 1:].tolist() + [token]
         limit = self.target.context_limit
         index = 1
         while True:
@@ -169,13 +174,13 @@ class Generation:
                     draft = Draft(pool, DraftTree.from_pool(pool, torch.zeros(1, dtype=torch.long, device=device)),
                                   torch.zeros(0, dtype=torch.long))
                 drafted = self._sync()
-                hidden = self._verify(cache, draft.tree, past)
+                hidden, features = self._verify(cache, draft.tree, past)
                 acceptance = self._accept(draft, TreeLogits(hidden, model.lm_head), generator)
                 verified = self._sync()
                 path = torch.tensor(acceptance.path, device=device)
                 _keep_cache(cache, past, path)
                 accepted_tokens = draft.tree.tokens[path[1:]].tolist()
-                pending_features = torch.cat((pending_features, hidden[path]))
+                pending_features = torch.cat((pending_features, features[path]))
                 pending_next = pending_next + accepted_tokens + [acceptance.bonus]
             new = accepted_tokens + [acceptance.bonus]
             token = acceptance.bonus
@@ -192,16 +197,20 @@ class Generation:
                 return
             index += 1
 
-    def _verify(self, cache: DynamicCache, tree: DraftTree, past: int) -> torch.Tensor:
+    def _forward(self, **inputs: Any) -> tuple[torch.Tensor, torch.Tensor]:
+        """The target's final hidden states (seq, H) and the head's features (seq, F) from one forward."""
+        output = self.target.model.model(**inputs, **self._feature_request)
+        hidden = output.last_hidden_state[0]
+        return hidden, (self.head.target_features(output)[0] if self.drafter is not None else hidden)
+
+    def _verify(self, cache: DynamicCache, tree: DraftTree, past: int) -> tuple[torch.Tensor, torch.Tensor]:
         """One target forward over the whole tree: each node sees the prefix, its ancestors and itself."""
-        model = self.target.model
+        dtype = self.target.model.dtype
         n = len(tree)
-        dtype = model.dtype
         visible = torch.cat((torch.ones(n, past, dtype=torch.bool, device=tree.tokens.device), tree.ancestor_mask()), 1)
         mask = torch.zeros(visible.shape, dtype=dtype, device=visible.device).masked_fill_(~visible, torch.finfo(dtype).min)
-        hidden = model.model(input_ids=tree.tokens[None], attention_mask=mask[None, None],
-                             position_ids=(past + tree.depths)[None], cache=cache, use_cache=True).last_hidden_state[0]
-        return hidden
+        return self._forward(input_ids=tree.tokens[None], attention_mask=mask[None, None],
+                             position_ids=(past + tree.depths)[None], cache=cache, use_cache=True)
 
     def _accept(self, draft: Draft, logits: TreeLogits, generator: torch.Generator) -> Acceptance:
         if self.sampling.greedy:
@@ -270,7 +279,7 @@ class Generation:
         return self._token_text[token_id]
 
 
-def generate(target: Target, head: EagleHead | None, prompt: str, method: str = "ddd", *,
+def generate(target: Target, head: DraftHead | None, prompt: str, method: str = "ddd", *,
              max_new_tokens: int = 128, sampling: Sampling | None = None, chat: bool = True,
              record: bool = True, temperature: float | None = None, top_p: float | None = None,
              seed: int | None = None, **settings: Any) -> Generation:

@@ -1,18 +1,26 @@
-"""The EAGLE draft head: fc(2H -> H) + one stock Llama decoder layer without its input norm.
+"""Draft heads: the interface the engine drafts through, the EAGLE-1/EAGLE-2 head, and checkpoint I/O.
 
-Reads and writes the official EAGLE-1/EAGLE-2 checkpoint layout (config.json + weights with keys
-`fc.*`, `layers.0.*`). Our own heads may add `d2t`, a reduced draft vocabulary given as EAGLE-3 style
-offsets (target_id = draft_id + d2t[draft_id]), so the draft LM head multiplies fewer rows.
+The EAGLE head is fc(2H -> H) + one stock Llama decoder layer without its input norm. It reads and writes
+the official EAGLE-1/EAGLE-2 checkpoint layout (config.json + weights with keys `fc.*`, `layers.0.*`). Our
+own heads may add `d2t`, a reduced draft vocabulary given as EAGLE-3 style offsets
+(target_id = draft_id + d2t[draft_id]), so the draft LM head multiplies fewer rows.
+
+EAGLE-3 heads (ddd/eagle3.py) load through the same `load_head`, which tells the two layouts apart by their
+keys and checks every config field and tensor a head is built from before the head is used.
 """
 from __future__ import annotations
 
 import json
+from abc import ABC, abstractmethod
+from collections.abc import Callable
 from pathlib import Path
+from typing import Any
 
 import torch
 from safetensors.torch import load_file, save_file
 from torch import nn
 from transformers import LlamaConfig
+from transformers.modeling_outputs import BaseModelOutputWithPast
 from transformers.models.llama.modeling_llama import LlamaDecoderLayer, LlamaRotaryEmbedding
 
 from .models import DEFAULT_MODEL, Target
@@ -20,15 +28,111 @@ from .models import DEFAULT_MODEL, Target
 HEAD_FILES = ("model.safetensors", "pytorch_model.bin")
 # The head trained for the default model ships with the project.
 SHIPPED_HEAD = Path(__file__).resolve().parent.parent / "assets" / "head"
-# Keys an official checkpoint may carry that the head does not use (it reads the target's embeddings).
-_IGNORED_KEYS = ("embed_tokens.weight",)
+# Keys a checkpoint may carry that are not weights of the head: a copy of the target's embeddings (the head
+# reads the target's own), and the draft-vocabulary maps, which are checked on their own.
+_NOT_WEIGHTS = ("embed_tokens.weight", "d2t", "t2d")
+# config.json fields that describe the checkpoint rather than the Llama layer inside it.
+_NOT_LLAMA_FIELDS = ("bias", "architectures", "torch_dtype", "dtype", "draft_vocab_size", "eagle_config",
+                     "target_hidden_size")
+_SHOWN = 6  # keys listed in a message before it says how many more there are
 
 
 class HeadLoadError(ValueError):
     """A draft head could not be loaded or does not fit the target; the message says which numbers disagree."""
 
 
-class EagleHead(nn.Module):
+class DraftHead(nn.Module, ABC):
+    """What the engine needs from a draft head of any architecture.
+
+    The engine asks the target's forward for `hidden_state_ids` (None: only the final hidden state), turns
+    its output into per-position features with `target_features`, and the head steps with
+    `head(embeds, fuse(features), ...)` over accepted context and `head(embeds, own output, ...)` inside the
+    draft tree; `draft_lm` turns a step's output into logits over the draft vocabulary.
+    """
+
+    kind: str
+    config: LlamaConfig
+    d2t: torch.Tensor | None
+    # (module prefix, published prefix) pairs where the published layout names a part differently.
+    renames: tuple[tuple[str, str], ...] = ()
+
+    @property
+    def draft_vocab_size(self) -> int:
+        return self.config.vocab_size if self.d2t is None else int(self.d2t.numel())
+
+    def draft_to_target(self) -> torch.Tensor | None:
+        """Target token id of each draft-vocabulary row, or None for the full vocabulary."""
+        if self.d2t is None:
+            return None
+        return torch.arange(self.d2t.numel(), device=self.d2t.device) + self.d2t
+
+    @property
+    def feature_size(self) -> int:
+        """Width of the features `target_features` gives."""
+        return self.config.hidden_size
+
+    @property
+    def hidden_state_ids(self) -> list[int] | None:
+        """The `output_hidden_states` indices the head's features come from; None: the final hidden state."""
+        return None
+
+    def target_features(self, output: BaseModelOutputWithPast) -> torch.Tensor:
+        """The head's input features, (batch, seq, F), from a target forward that was asked for
+        `hidden_state_ids`."""
+        return output.last_hidden_state
+
+    def fuse(self, features: torch.Tensor) -> torch.Tensor:
+        """Target features as the hidden input of a context step."""
+        return features
+
+    @abstractmethod
+    def forward(self, embeds: torch.Tensor, hidden: torch.Tensor, position_ids: torch.Tensor,
+                attention_mask: torch.Tensor | None = None, cache=None) -> torch.Tensor:
+        """One head step over (batch, seq) positions; the output is what deeper draft levels take as hidden."""
+
+    @abstractmethod
+    def draft_lm(self, target: Target) -> Callable[[torch.Tensor], torch.Tensor]:
+        """The function from head outputs to draft-vocabulary logits."""
+
+    @abstractmethod
+    def config_extra(self) -> dict[str, Any]:
+        """What config.json holds beyond the Llama config."""
+
+    def official_weights(self) -> dict[str, torch.Tensor]:
+        """The head's weights under their published names."""
+        out = {}
+        for key, value in self.state_dict().items():
+            if key.startswith("rotary."):
+                continue
+            for ours, published in self.renames:
+                if key.startswith(ours):
+                    key = published + key[len(ours):]
+                    break
+            out[key] = value
+        return out
+
+    def state_dict_official(self) -> dict[str, torch.Tensor]:
+        """Everything a published checkpoint of this head holds."""
+        out = self.official_weights()
+        if self.d2t is not None:
+            out["d2t"] = self.d2t
+        return out
+
+    def load_official(self, weights: dict[str, torch.Tensor]) -> None:
+        state = {}
+        for key, value in weights.items():
+            for ours, published in self.renames:
+                if key.startswith(published):
+                    key = ours + key[len(published):]
+                    break
+            state[key] = value
+        self.load_state_dict(state)
+
+
+class EagleHead(DraftHead):
+    kind = "eagle"
+    renames = (("layer.", "layers.0."),)
+
     def __init__(self, config: LlamaConfig, bias: bool = True, d2t: torch.Tensor | None = None):
         super().__init__()
         config.num_hidden_layers = 1
@@ -41,16 +145,6 @@ class EagleHead(nn.Module):
         self.layer.input_layernorm = nn.Identity()
         self.rotary = LlamaRotaryEmbedding(config)
         self.register_buffer("d2t", d2t, persistent=False)
-
-    @property
-    def draft_vocab_size(self) -> int:
-        return self.config.vocab_size if self.d2t is None else int(self.d2t.numel())
-
-    def draft_to_target(self) -> torch.Tensor | None:
-        """Target token id of each draft-vocabulary row, or None for the full vocabulary."""
-        if self.d2t is None:
-            return None
-        return torch.arange(self.d2t.numel(), device=self.d2t.device) + self.d2t
 
     def forward(
         self,
@@ -72,21 +166,29 @@ class EagleHead(nn.Module):
             position_embeddings=rope,
         )
 
-    def state_dict_official(self) -> dict[str, torch.Tensor]:
-        out = {}
-        for key, value in self.state_dict().items():
-            if key.startswith("rotary."):
-                continue
-            out[key.replace("layer.", "layers.0.", 1) if key.startswith("layer.") else key] = value
-        if self.d2t is not None:
-            out["d2t"] = self.d2t
-        return out
+    def draft_lm(self, target: Target) -> Callable[[torch.Tensor], torch.Tensor]:
+        """The target's LM head, restricted to the draft vocabulary when the head has one."""
+        rows = self.draft_to_target()
+        weight = target.lm_weight if rows is None else target.lm_weight[rows].contiguous()
+        return lambda out: out @ weight.T
+
+    def config_extra(self) -> dict[str, Any]:
+        return {"bias": self.bias, "architectures": ["EagleHead"]}
+
+    @classmethod
+    def from_checkpoint(cls, raw: dict, weights: dict[str, torch.Tensor], target: Target, where: Path) -> "EagleHead":
+        refuse_misfit(fit_problems(raw, weights, target), where, target)
+        config = llama_config(raw, where)
+        d2t = weights.get("d2t")
+        if d2t is not None:
+            d2t = draft_map(d2t, target.vocab_size, where)
+        return cls(config, bias=bool(raw.get("bias", "fc.bias" in weights)), d2t=d2t)
 
 
-def new_head(target: Target, draft_vocab: torch.Tensor | None = None, seed: int = 0) -> EagleHead:
-    """A randomly initialised head shaped for `target` (draft_vocab: the target ids to keep, ascending)."""
+def target_config_fields(target: Target) -> dict[str, Any]:
+    """The Llama config fields a head copies from its target (one layer of the same shape)."""
     cfg = target.model.config
-    config = LlamaConfig(
+    return dict(
         hidden_size=cfg.hidden_size,
         intermediate_size=cfg.intermediate_size,
         num_attention_heads=cfg.num_attention_heads,
@@ -99,75 +201,179 @@ def new_head(target: Target, draft_vocab: torch.Tensor | None = None, seed: int 
         hidden_act=cfg.hidden_act,
         num_hidden_layers=1,
     )
-    d2t = None
-    if draft_vocab is not None:
-        draft_vocab = torch.as_tensor(draft_vocab, dtype=torch.long).sort().values
-        d2t = draft_vocab - torch.arange(draft_vocab.numel())
+
+
+def d2t_of(draft_vocab: torch.Tensor) -> torch.Tensor:
+    """The d2t offsets of a draft vocabulary given as the target ids to keep (sorted here)."""
+    draft_vocab = torch.as_tensor(draft_vocab, dtype=torch.long).sort().values
+    return draft_vocab - torch.arange(draft_vocab.numel())
+
+
+def new_head(target: Target, draft_vocab: torch.Tensor | None = None, seed: int = 0) -> EagleHead:
+    """A randomly initialised head shaped for `target` (draft_vocab: the target ids to keep, ascending)."""
+    config = LlamaConfig(**target_config_fields(target))
+    d2t = None if draft_vocab is None else d2t_of(draft_vocab)
     torch.manual_seed(seed)
     head = EagleHead(config, bias=True, d2t=d2t)
     return head.to(device=target.device, dtype=target.model.dtype)
 
 
-def save_head(head: EagleHead, directory: str | Path, extra: dict | None = None) -> Path:
+def save_head(head: DraftHead, directory: str | Path, extra: dict | None = None) -> Path:
+    """Write `head` in its published layout: config.json and model.safetensors."""
     directory = Path(directory)
     directory.mkdir(parents=True, exist_ok=True)
     config = head.config.to_dict()
-    config.update({"bias": head.bias, "architectures": ["EagleHead"], **(extra or {})})
+    config.update({**head.config_extra(), **(extra or {})})
     (directory / "config.json").write_text(json.dumps(config, indent=2, default=str))
     tensors = {k: v.detach().to("cpu").contiguous() for k, v in head.state_dict_official().items()}
     save_file(tensors, directory / "model.safetensors")
     return directory
 
 
-def _read_weights(directory: Path) -> dict[str, torch.Tensor]:
-    if (directory / "model.safetensors").exists():
-        return load_file(directory / "model.safetensors")
-    if (directory / "pytorch_model.bin").exists():
-        return torch.load(directory / "pytorch_model.bin", map_location="cpu", weights_only=True)
-    raise HeadLoadError(f"No head weights in {directory}: expected one of {', '.join(HEAD_FILES)}.")
+# -- loading and checking ------------------------------------------------------------------------------
+
+def _one_line(err: Exception) -> str:
+    return f"{type(err).__name__}: " + " ".join(str(err).split())
 
 
-def load_head(directory: str | Path, target: Target) -> EagleHead:
-    """Load a head checkpoint directory (official EAGLE layout or ours) and check that it fits `target`."""
-    directory = Path(directory)
-    if not (directory / "config.json").exists():
-        raise HeadLoadError(f"No draft head at {directory}: config.json is missing.")
-    raw = json.loads((directory / "config.json").read_text())
-    weights = _read_weights(directory)
-    if "fc.weight" not in weights:
-        raise HeadLoadError(f"{directory} is not an EAGLE head: it has no `fc.weight` (keys: {sorted(weights)[:5]}...).")
-    hidden = weights["fc.weight"].shape[0]
+def _listing(keys: list[str]) -> str:
+    shown = ", ".join(keys[:_SHOWN])
+    return shown + (f" and {len(keys) - _SHOWN} more" if len(keys) > _SHOWN else "")
+
+
+def fit_problems(raw: dict, weights: dict[str, torch.Tensor], target: Target) -> list[str]:
+    """Where a head's config and weights disagree with the target's hidden size and vocabulary."""
     problems = []
-    if hidden != target.hidden_size:
-        problems.append(f"hidden size: head {hidden}, target {target.hidden_size}")
+    for hidden in dict.fromkeys((weights["fc.weight"].shape[0], raw.get("hidden_size", target.hidden_size))):
+        if hidden != target.hidden_size:
+            problems.append(f"hidden size: head {hidden}, target {target.hidden_size}")
     vocab = raw.get("vocab_size", target.vocab_size)
     if vocab != target.vocab_size:
         problems.append(f"vocabulary: head {vocab}, target {target.vocab_size}")
+    return problems
+
+
+def refuse_misfit(problems: list[str], where: Path, target: Target) -> None:
     if problems:
-        raise HeadLoadError(f"The head at {directory} does not fit {target.name}: " + "; ".join(problems) + ".")
-    bias = bool(raw.get("bias", "fc.bias" in weights))
-    fields = {k: v for k, v in raw.items() if k not in ("bias", "architectures", "torch_dtype", "dtype")}
-    config = LlamaConfig(**fields)
-    if "rope_theta" in raw and "rope_parameters" not in raw:
-        config.rope_parameters = {"rope_type": "default", "rope_theta": raw["rope_theta"]}
-    d2t = weights.pop("d2t", None)
-    if d2t is not None and int((torch.arange(d2t.numel()) + d2t).max()) >= target.vocab_size:
-        raise HeadLoadError(f"The head's draft vocabulary points past the target's {target.vocab_size} tokens.")
-    head = EagleHead(config, bias=bias, d2t=d2t)
-    state = {}
-    for key, value in weights.items():
-        if key in _IGNORED_KEYS:
+        raise HeadLoadError(f"The head at {where} does not fit {target.name}: " + "; ".join(problems) + ".")
+
+
+def _read_config(directory: Path) -> dict:
+    path = directory / "config.json"
+    if not path.exists():
+        raise HeadLoadError(f"No draft head at {directory}: config.json is missing.")
+    try:
+        raw = json.loads(path.read_text())
+    except (OSError, UnicodeDecodeError, json.JSONDecodeError) as err:
+        raise HeadLoadError(f"{path} is not readable JSON: {err}.") from None
+    if not isinstance(raw, dict):
+        raise HeadLoadError(f"{path} holds a JSON {type(raw).__name__}, not a config object.")
+    return raw
+
+
+def _read_weights(directory: Path) -> dict[str, torch.Tensor]:
+    for name in HEAD_FILES:
+        path = directory / name
+        if not path.exists():
             continue
-        state[key.replace("layers.0.", "layer.", 1)] = value
-    missing, unexpected = head.load_state_dict(state, strict=False)
-    missing = [k for k in missing if not k.startswith("rotary.")]
-    if missing or unexpected:
-        raise HeadLoadError(f"Head weights in {directory} do not match the EAGLE layout: missing {missing}, unexpected {unexpected}.")
+        try:
+            if name.endswith(".safetensors"):
+                weights = load_file(path)
+            else:
+                weights = torch.load(path, map_location="cpu", weights_only=True)
+        # A damaged file fails inside safetensors or the unpickler with whatever error it meets first.
+        except Exception as err:
+            raise HeadLoadError(f"Cannot read {path}: {_one_line(err)}") from None
+        if not isinstance(weights, dict) or not all(
+                isinstance(k, str) and isinstance(v, torch.Tensor) for k, v in weights.items()):
+            raise HeadLoadError(f"{path} does not hold a dictionary of named tensors.")
+        return weights
+    raise HeadLoadError(f"No head weights in {directory}: expected one of {', '.join(HEAD_FILES)}.")
+
+
+def llama_config(raw: dict, where: Path) -> LlamaConfig:
+    """The Llama config of a head's decoder layer, refused when no layer can be built from it."""
+    fields = {k: v for k, v in raw.items() if k not in _NOT_LLAMA_FIELDS}
+    try:
+        config = LlamaConfig(**fields)
+    # Field validation reports through several exception types (TypeError, ValueError, hub dataclass errors).
+    except Exception as err:
+        raise HeadLoadError(f"config.json in {where} is not a Llama config a head can be built from: "
+                            f"{_one_line(err)}") from None
+    heads, kv_heads = config.num_attention_heads, config.num_key_value_heads
+    if not (isinstance(heads, int) and isinstance(kv_heads, int) and heads > 0 and kv_heads > 0
+            and heads % kv_heads == 0):
+        raise HeadLoadError(f"config.json in {where}: {heads} attention heads cannot share {kv_heads} key/value heads.")
+    return config
+
+
+def draft_map(d2t: torch.Tensor, vocab_size: int, where: Path) -> torch.Tensor:
+    """`d2t` as int64 offsets, refused unless it maps every draft id to a distinct target id."""
+    if d2t.dtype.is_floating_point or d2t.dtype.is_complex or d2t.dtype == torch.bool or d2t.ndim != 1:
+        raise HeadLoadError(f"`d2t` in {where} must be a 1-D integer tensor, not {d2t.dtype} of shape {list(d2t.shape)}.")
+    d2t = d2t.long()
+    ids = torch.arange(d2t.numel()) + d2t
+    if d2t.numel() == 0 or int(ids.min()) < 0 or int(ids.max()) >= vocab_size:
+        raise HeadLoadError(f"The head's draft vocabulary (d2t in {where}) points outside the target's "
+                            f"{vocab_size} tokens.")
+    if ids.unique().numel() != ids.numel():
+        raise HeadLoadError(f"`d2t` in {where} maps two draft ids to the same target token.")
+    return d2t
+
+
+def _check_weights(head: DraftHead, weights: dict[str, torch.Tensor], where: Path) -> None:
+    expected = head.official_weights()
+    given = {k: v for k, v in weights.items() if k not in _NOT_WEIGHTS}
+    missing = sorted(set(expected) - set(given))
+    unexpected = sorted(set(given) - set(expected))
+    shapes = [f"{k} {list(given[k].shape)} (expected {list(expected[k].shape)})"
+              for k in sorted(set(given) & set(expected)) if given[k].shape != expected[k].shape]
+    problems = ([f"missing {_listing(missing)}"] if missing else []) + \
+               ([f"unexpected {_listing(unexpected)}"] if unexpected else []) + \
+               ([f"wrong shapes: {_listing(shapes)}"] if shapes else [])
+    if problems:
+        raise HeadLoadError(f"Head weights in {where} do not match the {head.kind.upper()} layout its config "
+                            "describes: " + "; ".join(problems) + ".")
+    not_float = sorted(k for k, v in given.items() if not v.dtype.is_floating_point)
+    if not_float:
+        raise HeadLoadError(f"Head weights in {where} are not floating point: {_listing(not_float)}.")
+    broken = sorted(k for k, v in given.items() if not bool(torch.isfinite(v).all()))
+    if broken:
+        raise HeadLoadError(f"Head weights in {where} hold NaN or infinite values: {_listing(broken)}.")
+
+
+def _head_class(weights: dict[str, torch.Tensor], where: Path) -> type[DraftHead]:
+    from .eagle3 import Eagle3Head
+
+    fc = weights.get("fc.weight")
+    if fc is None:
+        raise HeadLoadError(f"{where} is not an EAGLE head: it has no `fc.weight` (keys: {_listing(sorted(weights))}).")
+    if fc.ndim != 2:
+        raise HeadLoadError(f"`fc.weight` in {where} is not a matrix: shape {list(fc.shape)}.")
+    return Eagle3Head if any(k.startswith("midlayer.") for k in weights) else EagleHead
+
+
+def load_head(directory: str | Path, target: Target) -> DraftHead:
+    """Load a head checkpoint directory (official EAGLE or EAGLE-3 layout, or ours) and check that it fits
+    `target`; anything that does not gives a HeadLoadError saying what."""
+    directory = Path(directory)
+    raw = _read_config(directory)
+    weights = _read_weights(directory)
+    head = _head_class(weights, directory).from_checkpoint(raw, weights, target, directory)
+    _check_weights(head, weights, directory)
+    head.load_official({k: v for k, v in weights.items() if k not in _NOT_WEIGHTS})
+    try:
+        with torch.no_grad():
+            head(torch.randn(1, 2, head.config.hidden_size), head.fuse(torch.randn(1, 2, head.feature_size)),
+                 torch.arange(2)[None])
+    # The checks above cover what we know can go wrong; this catches config combinations nobody listed.
+    except Exception as err:
+        raise HeadLoadError(f"The head at {directory} fails on a test input: {_one_line(err)}") from None
     head.name = str(directory)
     return for_target(head, target)
 
 
-def for_target(head: EagleHead, target: Target) -> EagleHead:
+def for_target(head: DraftHead, target: Target) -> DraftHead:
     """Put a head on the target's device and in its precision."""
     head = head.to(device=target.device, dtype=target.model.dtype).eval().requires_grad_(False)
     if target.precision == "int8":
@@ -177,7 +383,7 @@ def for_target(head: EagleHead, target: Target) -> EagleHead:
     return head
 
 
-def resolve_head(spec: str | None, target: Target) -> tuple[EagleHead, str]:
+def resolve_head(spec: str | None, target: Target) -> tuple[DraftHead, str]:
     """The head a user asked for: a directory, "random", or None for the shipped head of the default model.
 
     Returns the head and a note for the user when it is not the one they might expect.

@@ -90,6 +90,7 @@ class RunTrace:
     summary: dict[str, Any] = field(default_factory=dict)
     precision: str = "float32"
     device: str = "cpu"
+    head_kind: str | None = None  # "eagle" or "eagle3"; None for plain decoding
     schema_version: int = SCHEMA_VERSION
 
     def to_dict(self) -> dict[str, Any]:
@@ -106,6 +107,8 @@ class RunTrace:
             )
         data = dict(data)
         data["steps"] = [Step.from_dict(s) for s in data.get("steps", [])]
+        if "head_kind" not in data and data.get("head") is not None:
+            data["head_kind"] = "eagle"  # traces from before EAGLE-3 heads were all EAGLE runs
         try:
             return cls(**data)
         except TypeError as err:

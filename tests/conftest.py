@@ -1,6 +1,6 @@
 import pytest
 
-from tests.tiny import fit_head, load_tiny, save_tiny_model
+from tests.tiny import fit_eagle3_head, fit_head, load_tiny, save_tiny_model
 
 
 @pytest.fixture(scope="session")
@@ -31,3 +31,8 @@ def llama_head(llama):
 @pytest.fixture(scope="session")
 def qwen_head(qwen):
     return fit_head(qwen, seed=1)
+
+
+@pytest.fixture(scope="session")
+def llama_eagle3_head(llama):
+    return fit_eagle3_head(llama)

@@ -303,3 +303,27 @@ def test_a_race_in_another_precision_reloads_the_model_in_it(tiny_llama_dir, mon
         assert models.target.precision == precision
         assert {t.precision for t in session.race.traces.values()} == {precision}
         assert len({t.text for t in session.race.traces.values()}) == 1  # greedy: lossless in each precision
+
+
+@pytest.mark.parametrize("kind", ["eagle", "eagle3"])
+def test_a_broken_head_file_gives_its_message(tiny_llama_dir, llama, tmp_path, monkeypatch, kind):
+    from tests.tiny import write_broken_head
+
+    bad = write_broken_head(tmp_path / "head", llama, kind)
+    monkeypatch.setattr(app, "MODELS", app.Models(app.ModelConfig(model=str(tiny_llama_dir), head=str(bad))))
+    session = app.Session()
+    frames = race_run("the cat sat", session)
+    assert "Could not load the model" in message_of(frames[-1]) and "missing" in message_of(frames[-1])
+    assert session.race is None and not session.busy
+
+
+def test_a_random_eagle3_head_for_the_default_model_races_losslessly(tmp_path, monkeypatch):
+    from ddd import load_target, new_eagle3_head
+
+    head_dir = save_head(new_eagle3_head(load_target()), tmp_path / "head")
+    monkeypatch.setattr(app, "MODELS", app.Models(app.ModelConfig(head=str(head_dir))))
+    session = app.Session()
+    race_run("What is the capital of France?", session, [10, *SETTINGS[1:5], 4, 3, 12, 4, "all", -0.3])
+    traces = session.race.traces
+    assert traces["plain"].text == traces["eagle2"].text == traces["ddd"].text
+    assert traces["eagle2"].head_kind == traces["ddd"].head_kind == "eagle3"

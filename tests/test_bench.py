@@ -206,3 +206,13 @@ def test_bench_sweep(tiny_llama_dir, head_dir, questions_file, tmp_path):
     assert all(p["speedup"] is not None and p["tau"] >= 1 for p in sweep["points"])
     assert "Sweep of ddd.threshold" in (out / "results.md").read_text()
     assert "Sweep of ddd.threshold" in (out / "report.html").read_text()
+
+
+@pytest.mark.parametrize("kind", ["eagle", "eagle3"])
+def test_a_broken_head_file_is_reported(tiny_llama_dir, llama, questions_file, tmp_path, capsys, kind):
+    from tests.tiny import write_broken_head
+
+    bad = write_broken_head(tmp_path / "head", llama, kind)
+    err = error_of(capsys, ["--questions", str(questions_file), "--model", str(tiny_llama_dir), "--head", str(bad),
+                            "--methods", "plain,eagle2", "--out", str(tmp_path / "out")])
+    assert "do not match the" in err and "missing" in err and "Traceback" not in err

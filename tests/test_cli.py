@@ -109,3 +109,55 @@ def test_a_stopped_run_prints_every_character_its_steps_emitted(tmp_path, tiny_l
     assert trace.stop_reason == "stopped" and len(trace.steps) == 4  # the step under way when Ctrl-C came is the last
     joined = "".join(step.text for step in trace.steps)
     assert out.startswith(joined + "\n") and trace.text == joined
+
+
+@pytest.mark.parametrize("kind", ["eagle", "eagle3"])
+def test_a_broken_head_file_is_one_line_of_error(tmp_path, tiny_llama_dir, llama, kind, capsys):
+    from tests.tiny import write_broken_head
+
+    bad = write_broken_head(tmp_path / "head", llama, kind)
+    with pytest.raises(SystemExit) as exit_info:
+        main(["generate", "hi", "--model", str(tiny_llama_dir), "--head", str(bad)])
+    assert exit_info.value.code == 2
+    err = capsys.readouterr().err
+    message = err[err.index("error: "):]  # after the progress bar of the target's loading
+    assert message.startswith("error: Head weights in") and message.count("\n") == 1 and "missing" in message
+    assert "Traceback" not in err
+
+
+def test_a_head_for_another_model_fails_cleanly_from_the_shell(tiny_llama_dir):
+    """The shipped head belongs to the default model (hidden size 576): the process says so and exits 2."""
+    import subprocess
+    import sys
+    from pathlib import Path
+
+    from ddd.head import SHIPPED_HEAD
+
+    done = subprocess.run([sys.executable, "-m", "ddd", "generate", "hi", "--model", str(tiny_llama_dir), "--head",
+                           str(SHIPPED_HEAD)], capture_output=True, text=True, cwd=Path(__file__).parents[1])
+    assert done.returncode == 2
+    assert "hidden size: head 576, target 64" in done.stderr and "Traceback" not in done.stderr
+
+
+@pytest.fixture(scope="module")
+def default_eagle3_dir(tmp_path_factory):
+    from ddd import load_target, new_eagle3_head
+
+    return save_head(new_eagle3_head(load_target()), tmp_path_factory.mktemp("eagle3-default"))
+
+
+def test_a_random_eagle3_head_for_the_default_model_decodes_losslessly(default_eagle3_dir, tmp_path, capsys):
+    from ddd import RunTrace
+
+    tokens = {}
+    small_trees = {"plain": [], "eagle": ["--set", "tree=[[0],[1],[0,0]]"], "eagle2": ["--set", "total_tokens=16"],
+                   "ddd": ["--set", "total_tokens=16"]}
+    for method, trees in small_trees.items():
+        main(["generate", "What is the capital of France?", "--method", method, "--head", str(default_eagle3_dir),
+              "--max-new-tokens", "12", *trees, "--save", str(tmp_path / f"{method}.json")])
+        trace = RunTrace.load(tmp_path / f"{method}.json")
+        tokens[method] = [t for step in trace.steps for t in step.token_ids]
+        assert trace.head_kind == (None if method == "plain" else "eagle3")
+    assert "tau" in capsys.readouterr().out
+    assert tokens["eagle"] == tokens["eagle2"] == tokens["ddd"] == tokens["plain"]
+    assert len(tokens["plain"]) > 4

@@ -71,9 +71,14 @@ def exact(llama):
     return exact_joint(llama, PROMPTS[3], 3, Sampling(**SAMPLING))
 
 
-@pytest.mark.parametrize("method", ["plain", "eagle", "eagle2", "ddd"])
-def test_sampled_tokens_follow_plain_sampling(llama, llama_head, exact, method):
-    counts, accepted = sample_counts(llama, llama_head, PROMPTS[3], method, FAST_TREES.get(method, {}), 3,
+RUNS = [("plain", None)] + [(method, head) for head in ("llama_head", "llama_eagle3_head")
+                             for method in ("eagle", "eagle2", "ddd")]
+
+
+@pytest.mark.parametrize("method, head", RUNS, ids=[m if h is None else f"{m}-{h}" for m, h in RUNS])
+def test_sampled_tokens_follow_plain_sampling(request, llama, exact, method, head):
+    head = None if head is None else request.getfixturevalue(head)
+    counts, accepted = sample_counts(llama, head, PROMPTS[3], method, FAST_TREES.get(method, {}), 3,
                                      range(SAMPLES))
     p, cells = chi_square_p(counts, exact, SAMPLES)
     assert cells >= 4, "the distribution is too peaked for a meaningful test"

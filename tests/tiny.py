@@ -7,7 +7,7 @@ import torch
 from tokenizers import Tokenizer, decoders, models, pre_tokenizers, trainers
 from transformers import LlamaConfig, LlamaForCausalLM, PreTrainedTokenizerFast, Qwen2Config, Qwen2ForCausalLM
 
-from ddd import Target, encode_prompt, load_target, new_head
+from ddd import Eagle3Head, Target, encode_prompt, load_target, new_eagle3_head, new_head
 from ddd.head import EagleHead
 
 CHAT_TEMPLATE = (
@@ -51,27 +51,34 @@ def save_tiny_model(directory: Path, family: str = "llama", seed: int = 0, max_p
 PROMPTS = ["the cat sat", "one two three", "def add(a, b)", "five six", "La maison", "seven eight nine"]
 
 
+@torch.no_grad()
+def greedy_answers(target: Target, prompts: list[str]) -> tuple[torch.Tensor, torch.Tensor]:
+    """The prompts with the target's greedy answers, right-padded (batch, length), and which of positions
+    2.. are real. Right padding leaves every real position's causal context untouched."""
+    answers = []
+    for prompt in prompts:
+        ids = torch.tensor([encode_prompt(target, prompt)])
+        answers.append(target.model.generate(ids, attention_mask=torch.ones_like(ids), max_new_tokens=48,
+                                             do_sample=False, min_new_tokens=48, pad_token_id=0)[0])
+    length = max(len(a) for a in answers)
+    seqs = torch.stack([torch.nn.functional.pad(a, (0, length - len(a))) for a in answers])
+    return seqs, torch.stack([torch.arange(length) < len(a) for a in answers])[:, 2:]
+
+
 def fit_head(target: Target, prompts: list[str] = PROMPTS, steps: int = 300, seed: int = 0) -> EagleHead:
     """A head fitted for a few seconds on the target's own greedy answers to `prompts`, so that drafts get
     accepted there and the tests exercise long accepted paths, not only the root."""
     torch.manual_seed(seed)
     model = target.model
+    seqs, valid = greedy_answers(target, prompts)
+    length = seqs.shape[1]
     with torch.no_grad():
-        answers = []
-        for prompt in prompts:
-            ids = torch.tensor([encode_prompt(target, prompt)])
-            answers.append(model.generate(ids, attention_mask=torch.ones_like(ids), max_new_tokens=48,
-                                          do_sample=False, min_new_tokens=48, pad_token_id=0)[0])
-        # Right padding leaves every real position's causal context untouched; padded positions carry no loss.
-        length = max(len(a) for a in answers)
-        seqs = torch.stack([torch.nn.functional.pad(a, (0, length - len(a))) for a in answers])
-        valid = torch.stack([torch.arange(length) < len(a) for a in answers])[:, 2:]
         feats = model.model(input_ids=seqs).last_hidden_state
         next_probs = model.lm_head(feats[:, 1:-1]).softmax(-1)[valid]
     head = new_head(target, seed=seed).train().requires_grad_(True)
     embed = model.get_input_embeddings()
     opt = torch.optim.AdamW(head.parameters(), lr=1e-2)
-    positions = torch.arange(length - 2)[None].expand(len(answers), -1)
+    positions = torch.arange(length - 2)[None].expand(len(seqs), -1)
     for _ in range(steps):
         noisy = feats[:, :-2] + (torch.rand_like(feats[:, :-2]) - 0.5) * 0.1
         pred = head(embed(seqs[:, 1:-1]), noisy, positions)
@@ -84,5 +91,49 @@ def fit_head(target: Target, prompts: list[str] = PROMPTS, steps: int = 300, see
     return head.eval().requires_grad_(False)
 
 
+def fit_eagle3_head(target: Target, prompts: list[str] = PROMPTS, steps: int = 300, seed: int = 0,
+                    draft_vocab: torch.Tensor | None = None) -> Eagle3Head:
+    """An EAGLE-3 head fitted the same way, by cross-entropy only, at the first draft level and at the second
+    (where it reads its own output), on features of the three hidden states 0, 1 and 2 (the tiny models have
+    two layers: too few for the official choice)."""
+    torch.manual_seed(seed)
+    model = target.model
+    seqs, valid = greedy_answers(target, prompts)
+    head = new_eagle3_head(target, draft_vocab=draft_vocab, seed=seed, layers=(0, 1, 2)).train().requires_grad_(True)
+    with torch.no_grad():
+        output = model.model(input_ids=seqs, output_hidden_states=head.hidden_state_ids)
+        aux = head.target_features(output)
+        # The target's next-token distribution after each position, over the head's draft vocabulary.
+        probs = model.lm_head(output.last_hidden_state).softmax(-1)[..., head.draft_to_target()]
+        probs = probs / probs.sum(-1, keepdim=True)
+    embed = model.get_input_embeddings()
+    opt = torch.optim.AdamW(head.parameters(), lr=1e-2)
+    positions = torch.arange(seqs.shape[1] - 2)[None].expand(len(seqs), -1)
+    for _ in range(steps):
+        first = head(embed(seqs[:, 1:-1]), head.fuse(aux[:, :-2]), positions)
+        second = head(embed(seqs[:, 2:-1]), first[:, :-1], positions[:, 1:])
+        loss = torch.nn.functional.cross_entropy(head.logits(first)[valid], probs[:, 1:-1][valid])
+        loss = loss + torch.nn.functional.cross_entropy(head.logits(second)[valid[:, 1:]], probs[:, 2:-1][valid[:, 1:]])
+        opt.zero_grad()
+        loss.backward()
+        opt.step()
+    head.name = "tiny-fitted-eagle3"
+    return head.eval().requires_grad_(False)
+
+
 def load_tiny(directory: Path) -> Target:
     return load_target(str(directory))
+
+
+def write_broken_head(directory: Path, target: Target, kind: str) -> Path:
+    """A head file for `target` (kind "eagle" or "eagle3") that lacks one weight of its MLP."""
+    from safetensors.torch import save_file
+
+    from ddd import save_head
+
+    head = new_eagle3_head(target, layers=(0, 1, 2)) if kind == "eagle3" else new_head(target)
+    save_head(head, directory)
+    state = head.state_dict_official()
+    state.pop("midlayer.mlp.down_proj.weight" if kind == "eagle3" else "layers.0.mlp.down_proj.weight")
+    save_file({k: v.contiguous() for k, v in state.items()}, directory / "model.safetensors")
+    return directory

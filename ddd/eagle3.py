@@ -1,0 +1,175 @@
+"""The EAGLE-3 draft head, built from stock transformers Llama parts.
+
+Its features are the target's hidden states at three layers (by default the inputs of layers 2, L//2 and
+L-3), concatenated and fused by `fc` (3H -> H, no bias). One decoder layer attends over
+cat(input_layernorm(token embedding), hidden_norm(hidden)) (2H -> q/k/v) with the hidden state as its
+residual stream, then post_attention_layernorm + MLP; the head's own `norm` and `lm_head` give logits over
+a draft vocabulary whose ids map to target ids through `d2t` (target id = draft id + d2t[draft id]). Inside
+the draft tree the head takes its own pre-norm output as the hidden state, without `fc`.
+
+Published checkpoints (the official EAGLE-3 release, SpecForge) name the parts `midlayer.*`, `fc`, `norm`,
+`lm_head`, plus `d2t` and `t2d` (a bool mask over the target vocabulary); config.json adds
+`draft_vocab_size` and sometimes the layer ids (`eagle_config.eagle_aux_hidden_state_layer_ids`) and
+`target_hidden_size`.
+"""
+from __future__ import annotations
+
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+import torch
+from torch import nn
+from transformers import LlamaConfig
+from transformers.modeling_outputs import BaseModelOutputWithPast
+from transformers.models.llama.modeling_llama import LlamaAttention, LlamaMLP, LlamaRMSNorm, LlamaRotaryEmbedding
+
+from .head import (DraftHead, HeadLoadError, d2t_of, draft_map, fit_problems, llama_config, refuse_misfit,
+                   target_config_fields)
+from .models import Target
+
+def default_aux_layers(num_layers: int) -> tuple[int, int, int]:
+    """The official choice, as `output_hidden_states` indices: the inputs of layers 2, L//2 and L-3."""
+    return 2, num_layers // 2, num_layers - 3
+
+
+def aux_layers_of(raw: dict, num_layers: int, where: Path) -> tuple[int, ...]:
+    """The layer ids a checkpoint's config names, as `output_hidden_states` indices (default: the official
+    choice). Published ids come in two numberings: inputs of layers (the official code, vLLM) and outputs of
+    layers (SpecForge), one less. A list that starts at 1 can only be the second: the official first id is 2,
+    and its counterpart there is 1."""
+    eagle_config = raw.get("eagle_config")
+    ids = eagle_config.get("eagle_aux_hidden_state_layer_ids") if isinstance(eagle_config, dict) else None
+    if ids is None:
+        return default_aux_layers(num_layers)
+    if not (isinstance(ids, list) and ids and all(isinstance(i, int) and not isinstance(i, bool) for i in ids)):
+        raise HeadLoadError(f"eagle_aux_hidden_state_layer_ids in {where} must be a list of layer numbers, not {ids!r}.")
+    return tuple(i + 1 for i in ids) if ids[0] == 1 else tuple(ids)
+
+
+class Eagle3Layer(nn.Module):
+    """The head's decoder layer: a stock Llama attention whose q/k/v read [embedding, hidden] (2H), a stock
+    MLP and three RMSNorms."""
+
+    def __init__(self, config: LlamaConfig):
+        super().__init__()
+        hidden = config.hidden_size
+        self.self_attn = LlamaAttention(config, layer_idx=0)
+        for name in ("q_proj", "k_proj", "v_proj"):
+            narrow = getattr(self.self_attn, name)
+            setattr(self.self_attn, name, nn.Linear(2 * hidden, narrow.out_features, bias=narrow.bias is not None))
+        self.mlp = LlamaMLP(config)
+        self.input_layernorm = LlamaRMSNorm(hidden, eps=config.rms_norm_eps)
+        self.hidden_norm = LlamaRMSNorm(hidden, eps=config.rms_norm_eps)
+        self.post_attention_layernorm = LlamaRMSNorm(hidden, eps=config.rms_norm_eps)
+
+    def forward(self, embeds: torch.Tensor, hidden: torch.Tensor, position_embeddings: tuple[torch.Tensor, torch.Tensor],
+                attention_mask: torch.Tensor | None, cache) -> torch.Tensor:
+        both = torch.cat((self.input_layernorm(embeds), self.hidden_norm(hidden)), dim=-1)
+        attended, _ = self.self_attn(both, position_embeddings=position_embeddings, attention_mask=attention_mask,
+                                     cache=cache)
+        hidden = hidden + attended
+        return hidden + self.mlp(self.post_attention_layernorm(hidden))
+
+
+class Eagle3Head(DraftHead):
+    kind = "eagle3"
+
+    def __init__(self, config: LlamaConfig, aux_layers: tuple[int, ...], d2t: torch.Tensor):
+        super().__init__()
+        config.num_hidden_layers = 1
+        config._attn_implementation = "sdpa"
+        self.config = config
+        self.aux_layers = tuple(aux_layers)
+        hidden = config.hidden_size
+        self.fc = nn.Linear(len(self.aux_layers) * hidden, hidden, bias=False)
+        self.midlayer = Eagle3Layer(config)
+        self.norm = LlamaRMSNorm(hidden, eps=config.rms_norm_eps)
+        self.lm_head = nn.Linear(hidden, d2t.numel(), bias=False)
+        self.rotary = LlamaRotaryEmbedding(config)
+        self.register_buffer("d2t", d2t, persistent=False)
+
+    @property
+    def feature_size(self) -> int:
+        return self.fc.in_features
+
+    @property
+    def hidden_state_ids(self) -> list[int]:
+        return list(self.aux_layers)
+
+    def target_features(self, output: BaseModelOutputWithPast) -> torch.Tensor:
+        return torch.cat([output.hidden_states[i] for i in self.aux_layers], dim=-1)
+
+    def fuse(self, features: torch.Tensor) -> torch.Tensor:
+        """The fused target layers (batch, seq, 3H) -> the hidden input (batch, seq, H)."""
+        return self.fc(features)
+
+    def forward(self, embeds: torch.Tensor, hidden: torch.Tensor, position_ids: torch.Tensor,
+                attention_mask: torch.Tensor | None = None, cache=None) -> torch.Tensor:
+        """The pre-norm output (batch, seq, H): `logits` reads it, deeper draft levels take it as `hidden`."""
+        return self.midlayer(embeds, hidden, self.rotary(hidden, position_ids), attention_mask, cache)
+
+    def logits(self, out: torch.Tensor) -> torch.Tensor:
+        """Draft-vocabulary logits of head outputs."""
+        return self.lm_head(self.norm(out))
+
+    def draft_lm(self, target: Target) -> Callable[[torch.Tensor], torch.Tensor]:
+        return self.logits
+
+    def state_dict_official(self) -> dict[str, torch.Tensor]:
+        out = super().state_dict_official()
+        t2d = torch.zeros(self.config.vocab_size, dtype=torch.bool, device=self.d2t.device)
+        t2d[self.draft_to_target()] = True
+        out["t2d"] = t2d
+        return out
+
+    def config_extra(self) -> dict[str, Any]:
+        return {"architectures": ["LlamaForCausalLMEagle3"], "draft_vocab_size": self.draft_vocab_size,
+                "eagle_config": {"eagle_aux_hidden_state_layer_ids": list(self.aux_layers)}}
+
+    @classmethod
+    def from_checkpoint(cls, raw: dict, weights: dict[str, torch.Tensor], target: Target, where: Path) -> "Eagle3Head":
+        num_layers = target.model.config.num_hidden_layers
+        # The head reads the target's token embeddings, so its own width must be the target's too.
+        problems = fit_problems(raw, weights, target)
+        if raw.get("target_hidden_size", target.hidden_size) != target.hidden_size:
+            problems.append(f"target hidden size: head {raw['target_hidden_size']}, target {target.hidden_size}")
+        layers = aux_layers_of(raw, num_layers, where)
+        if not all(0 <= i <= num_layers for i in layers):
+            problems.append(f"feature layers {list(layers)}: the target has hidden states 0 to {num_layers}")
+        t2d = weights.get("t2d")
+        if t2d is not None and (t2d.ndim != 1 or t2d.numel() != target.vocab_size):
+            problems.append(f"t2d covers {list(t2d.shape)} tokens, target {target.vocab_size}")
+        refuse_misfit(problems, where, target)
+        config = llama_config(raw, where)
+        draft_size = raw.get("draft_vocab_size")
+        if "d2t" in weights:
+            d2t = draft_map(weights["d2t"], target.vocab_size, where)
+            draft_size = d2t.numel() if draft_size is None else draft_size
+        elif draft_size in (None, target.vocab_size):
+            draft_size = target.vocab_size
+            d2t = torch.zeros(draft_size, dtype=torch.long)
+        else:
+            raise HeadLoadError(f"The head at {where} drafts over {draft_size} tokens but has no `d2t` to map them "
+                                "to the target's.")
+        if d2t.numel() != draft_size:
+            raise HeadLoadError(f"The head at {where}: draft_vocab_size is {draft_size} but d2t maps {d2t.numel()} ids.")
+        return cls(config, layers, d2t)
+
+
+def new_eagle3_head(target: Target, draft_vocab: torch.Tensor | None = None, seed: int = 0,
+                    layers: tuple[int, ...] | None = None) -> Eagle3Head:
+    """A randomly initialised EAGLE-3 head for `target`. draft_vocab: the target ids to keep (default: all);
+    layers: the `output_hidden_states` indices of its features (default: the official choice)."""
+    num_layers = target.model.config.num_hidden_layers
+    layers = default_aux_layers(num_layers) if layers is None else tuple(layers)
+    if not all(0 <= i <= num_layers for i in layers):
+        raise ValueError(f"Feature layers {list(layers)} do not exist: {target.name} has hidden states 0 to "
+                         f"{num_layers}; pass layers=.")
+    if layers[0] == 1:
+        raise ValueError("A layer list starting at 1 reads back as layer outputs (see aux_layers_of); "
+                         "order the layers another way.")
+    d2t = torch.zeros(target.vocab_size, dtype=torch.long) if draft_vocab is None else d2t_of(draft_vocab)
+    torch.manual_seed(seed)
+    head = Eagle3Head(LlamaConfig(**target_config_fields(target)), layers, d2t)
+    return head.to(device=target.device, dtype=target.model.dtype)
