@@ -25,6 +25,7 @@ from components.race import METHOD_LABELS, RACE_METHODS
 from components.replay import frame_times, steps_done
 from components.tokens import escape
 from components.views import CSS, column_views, race_views, step_view
+from components.widgets import CheckedNumber, CheckedSlider
 from ddd.models import DEFAULT_MODEL
 from ddd.settings import PRECISIONS, SettingsError
 
@@ -622,26 +623,26 @@ def build_demo() -> gr.Blocks:
         with gr.Accordion("Settings", open=False):
             ui["model_info"] = gr.Markdown(MODELS.describe())
             with gr.Row():
-                ui["max_new_tokens"] = gr.Slider(8, 512, value=64, step=8, label="max new tokens")
-                ui["temperature"] = gr.Slider(0, 2, value=0, step=0.05, label="temperature (0 = greedy)")
-                ui["top_p"] = gr.Slider(0.05, 1, value=1, step=0.05, label="top-p")
-                ui["seed"] = gr.Number(0, precision=0, label="seed")
+                ui["max_new_tokens"] = CheckedSlider(8, 512, value=64, step=8, label="max new tokens")
+                ui["temperature"] = CheckedSlider(0, 2, value=0, step=0.05, label="temperature (0 = greedy)")
+                ui["top_p"] = CheckedSlider(0.05, 1, value=1, step=0.05, label="top-p")
+                ui["seed"] = CheckedNumber(0, precision=0, label="seed")
                 ui["precision"] = gr.Radio(MODELS.precisions(), value=MODELS.default_precision(),
                                            label="precision (target and head, all three methods)",
                                            info=PRECISION_INFO)
             preset = PRESETS[default_preset()]
             ui["preset"] = gr.Radio(PRESET_NAMES, value=default_preset(), label="preset for the settings below")
             with gr.Row():
-                ui["e_top_k"] = gr.Slider(1, 32, value=preset["e_top_k"], step=1,
+                ui["e_top_k"] = CheckedSlider(1, 32, value=preset["e_top_k"], step=1,
                                           label="EAGLE-2 / DDD top-k (beam width)")
-                ui["e_calls"] = gr.Slider(1, 16, value=preset["e_calls"], step=1,
+                ui["e_calls"] = CheckedSlider(1, 16, value=preset["e_calls"], step=1,
                                           label="EAGLE-2 draft calls (tree depth)")
-                ui["e_total"] = gr.Slider(2, 128, value=preset["e_total"], step=1,
+                ui["e_total"] = CheckedSlider(2, 128, value=preset["e_total"], step=1,
                                           label="total tokens verified (EAGLE-2 / DDD)")
             with gr.Row():
-                ui["d_calls"] = gr.Slider(1, 24, value=preset["d_calls"], step=1, label="DDD max draft calls")
+                ui["d_calls"] = CheckedSlider(1, 24, value=preset["d_calls"], step=1, label="DDD max draft calls")
                 ui["d_checks"] = gr.Textbox(preset["d_checks"], label="DDD check after calls ('5,7,9' or 'all')")
-                ui["d_threshold"] = gr.Number(preset["d_threshold"], label="DDD threshold on H (≤ 0)")
+                ui["d_threshold"] = CheckedNumber(preset["d_threshold"], label="DDD threshold on H (≤ 0)")
             with gr.Row():
                 ui["shade"] = gr.Checkbox(True, label="shade tokens by how they were made")
                 ui["mode"] = gr.Radio(list(TREE_MODES), value=next(iter(TREE_MODES)), label="tree nodes shown")
@@ -662,7 +663,7 @@ def build_demo() -> gr.Blocks:
                     ui["play"] = gr.Button("▶ Play", size="sm", min_width=60, elem_id="play")
                     ui["next"] = gr.Button("Next ›", size="sm", min_width=60, elem_id="next")
                     ui["last"] = gr.Button("Last »", size="sm", min_width=60)
-                ui["slider"] = gr.Slider(0, 1, value=0, step=1, label="step (0 = prefill)", elem_id="step-slider")
+                ui["slider"] = CheckedSlider(0, 1, value=0, step=1, label="step (0 = prefill)", elem_id="step-slider")
                 with gr.Row(equal_height=False):
                     with gr.Column():
                         gr.Markdown("**EAGLE-2** — text so far (current step outlined)")

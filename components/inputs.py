@@ -9,6 +9,8 @@ import math
 from dataclasses import dataclass
 from typing import Any
 
+from .tokens import excerpt
+
 MAX_PROMPT_CHARS = 20_000  # checked before tokenizing: tokenizing megabytes is itself slow
 SEED_LIMIT = 2**63  # torch seeds are 64-bit; the top half would wrap to negative numbers
 DEFAULT_SPEED = 1.0
@@ -84,7 +86,7 @@ def number(value: Any, name: str, rng: Range | None = None) -> float | int:
     try:
         number_value = float(value)
     except (TypeError, ValueError, OverflowError):
-        raise InputError(f"{label} must be a number, not {_quoted(value)}.") from None
+        raise InputError(f"{label} must be a number, not {excerpt(value)}.") from None
     if not math.isfinite(number_value):
         raise InputError(f"{label} must be a finite number, not {value}.")
     if rng is None:
@@ -119,7 +121,7 @@ def seed(value: Any) -> int:
     if isinstance(value, str) and value.strip().lstrip("-").isdigit():
         value = int(value)
     if isinstance(value, bool) or not isinstance(value, int):
-        raise InputError(f"seed must be a whole number from 0 to {SEED_LIMIT - 1}, not {_quoted(value)}.")
+        raise InputError(f"seed must be a whole number from 0 to {SEED_LIMIT - 1}, not {excerpt(value)}.")
     if not 0 <= value < SEED_LIMIT:
         raise InputError(f"seed must be a whole number from 0 to {SEED_LIMIT - 1} (2^63 - 1), not {value}.")
     return value
@@ -135,14 +137,14 @@ def check_steps(value: Any, max_calls: int) -> str:
         return "all"
     pieces = [p.strip() for p in raw.split(",")]
     if not any(pieces):
-        raise InputError(f"DDD check after calls ({_quoted(raw)}) lists no draft calls: type numbers such as "
+        raise InputError(f"DDD check after calls ({excerpt(raw)}) lists no draft calls: type numbers such as "
                          "5,7,9, or all.")
     calls = []
     for piece in pieces:
         if not piece:
             continue
         if not piece.isdigit():
-            raise InputError(f"DDD check after calls: {_quoted(piece)} is not a draft call number; type numbers "
+            raise InputError(f"DDD check after calls: {excerpt(piece)} is not a draft call number; type numbers "
                              "such as 5,7,9, or all.")
         call = int(piece)
         if not 1 <= call <= max_calls:
@@ -173,7 +175,7 @@ def race_inputs(prompt: Any, max_new_tokens: Any, temperature: Any, top_p: Any, 
         ("max_new_tokens", max_new_tokens), ("temperature", temperature), ("top_p", top_p), ("e_top_k", e_top_k),
         ("e_calls", e_calls), ("e_total", e_total), ("d_calls", d_calls))}
     if precision not in precisions:
-        raise InputError(f"precision must be one of {', '.join(precisions)}, not {_quoted(precision)}.")
+        raise InputError(f"precision must be one of {', '.join(precisions)}, not {excerpt(precision)}.")
     return RaceInputs(prompt=prompt, seed=seed(seed_value), precision=precision,
                       d_checks=check_steps(d_checks, values["d_calls"]), d_threshold=threshold(d_threshold),
                       **values)
@@ -214,8 +216,3 @@ def step_index(value: Any, last: int) -> int:
     if not math.isfinite(index):
         return 0
     return min(max(int(index), 0), max(last, 0))
-
-
-def _quoted(value: Any, limit: int = 40) -> str:
-    shown = repr(value)
-    return shown if len(shown) <= limit else shown[:limit] + "…"

@@ -20,6 +20,7 @@ from ddd.settings import PRECISIONS, SETTINGS_CLASSES, Sampling, SettingsError, 
 from ddd.trace import SCHEMA_VERSION, STATUSES, DraftNode, RunTrace, Step, summarize
 
 from .race import METHOD_LABELS, RACE_FORMAT, RACE_VERSION, Race, RaceFileError
+from .tokens import excerpt
 
 GZIP_MAGIC = b"\x1f\x8b"
 
@@ -106,15 +107,15 @@ def race_from_data(data: Any, source: str = "the file", limits: FileLimits = LIM
     """A Race from parsed JSON: a race file, or a single run (RunTrace) file that becomes a one-method race."""
     checker = _Checker(source, limits)
     if not isinstance(data, dict):
-        raise RaceFileError(f"{source} is not a recorded run: it holds a JSON {_kind(data)}, not an object.")
+        raise RaceFileError(f"{source} is not a recorded run: it holds {_kind(data)}, not an object.")
     if "format" not in data and "method" in data and "steps" in data:
         trace = checker.trace(data, "the run", None)
         return Race(traces={trace.method: trace}, title=trace.prompt[:60])
     if data.get("format") != RACE_FORMAT:
-        raise RaceFileError(f"{source} is not a DDD Explorer recorded run (its format is {_shown(data.get('format'))}, "
+        raise RaceFileError(f"{source} is not a DDD Explorer recorded run (its format is {excerpt(data.get('format'))}, "
                             f"expected {RACE_FORMAT!r}).")
     if data.get("version") != RACE_VERSION or isinstance(data.get("version"), bool):
-        raise RaceFileError(f"{source} is a recorded run of version {_shown(data.get('version'))}; this app reads "
+        raise RaceFileError(f"{source} is a recorded run of version {excerpt(data.get('version'))}; this app reads "
                             f"version {RACE_VERSION}.")
     checker.keys(data, RACE_FIELDS, {"format", "version", "traces"}, "the race")
     title = checker.text(data.get("title", ""), "title", limits.label)
@@ -125,22 +126,17 @@ def race_from_data(data: Any, source: str = "the file", limits: FileLimits = LIM
     traces = {}
     for method, trace_data in raw.items():
         if method not in METHOD_LABELS:
-            raise RaceFileError(f"{source} has a run of unknown method {_shown(method)}; known: "
+            raise RaceFileError(f"{source} has a run of unknown method {excerpt(method)}; known: "
                                 f"{', '.join(METHOD_LABELS)}.")
         traces[method] = checker.trace(trace_data, f"traces.{method}", method)
     return Race(traces=traces, title=title, note=note)
 
 
 def _kind(value: Any) -> str:
+    """What a JSON value is, as a message says it ("must be a number, not text")."""
     if isinstance(value, bool):
-        return "true/false value"
-    return {dict: "object", list: "array", str: "string", int: "number", float: "number"}.get(type(value), "null")
-
-
-def _shown(value: Any, limit: int = 60) -> str:
-    """A value from a file as a message may quote it: short, and repr so that its type shows."""
-    text = repr(value)
-    return text if len(text) <= limit else text[:limit] + "…"
+        return "true/false"
+    return {dict: "an object", list: "a list", str: "text", int: "a number", float: "a number"}.get(type(value), "null")
 
 
 class _Checker:
@@ -158,12 +154,12 @@ class _Checker:
 
     def obj(self, value: Any, where: str) -> dict:
         if not isinstance(value, dict):
-            raise self.fail(where, f"must be an object, not a {_kind(value)}")
+            raise self.fail(where, f"must be an object, not {_kind(value)}")
         return value
 
     def items(self, value: Any, where: str, limit: int) -> list:
         if not isinstance(value, list):
-            raise self.fail(where, f"must be a list, not a {_kind(value)}")
+            raise self.fail(where, f"must be a list, not {_kind(value)}")
         if len(value) > limit:
             raise self.fail(where, f"has {len(value)} entries; at most {limit} are allowed")
         return value
@@ -175,35 +171,35 @@ class _Checker:
         unknown = sorted(set(data) - allowed, key=str)
         if unknown:
             raise self.fail(where, f"has unexpected field{'s' if len(unknown) > 1 else ''} "
-                                   f"{', '.join(_shown(k) for k in unknown[:5])}")
+                                   f"{', '.join(excerpt(k) for k in unknown[:5])}")
 
     def integer(self, value: Any, where: str, low: int, high: int) -> int:
         if isinstance(value, bool) or not isinstance(value, int):
-            raise self.fail(where, f"must be a whole number, not a {_kind(value)}")
+            raise self.fail(where, f"must be a whole number, not {_kind(value)}")
         if not low <= value <= high:
-            raise self.fail(where, f"is {_shown(value)}, outside {low}..{high}")
+            raise self.fail(where, f"is {excerpt(value)}, outside {low}..{high}")
         return value
 
     def number(self, value: Any, where: str, low: float, high: float, log: bool = False) -> float:
         """A finite number in [low, high]; `log` values (log-probabilities) may also be -Infinity."""
         if isinstance(value, bool) or not isinstance(value, (int, float)):
-            raise self.fail(where, f"must be a number, not a {_kind(value)}")
+            raise self.fail(where, f"must be a number, not {_kind(value)}")
         if math.isnan(value) or (math.isinf(value) and not (log and value < 0)):
             raise self.fail(where, f"is {value}, not a finite number")
         if not low <= value <= high:
-            raise self.fail(where, f"is {_shown(value)}, outside {low:g}..{high:g}")
+            raise self.fail(where, f"is {excerpt(value)}, outside {low:g}..{high:g}")
         return float(value)
 
     def flag(self, value: Any, where: str) -> bool:
         if not isinstance(value, bool):
-            raise self.fail(where, f"must be true or false, not a {_kind(value)}")
+            raise self.fail(where, f"must be true or false, not {_kind(value)}")
         return value
 
     def text(self, value: Any, where: str, limit: int, optional: bool = False) -> str | None:
         if value is None and optional:
             return None
         if not isinstance(value, str):
-            raise self.fail(where, f"must be text, not a {_kind(value)}")
+            raise self.fail(where, f"must be text, not {_kind(value)}")
         if len(value) > limit:
             raise self.fail(where, f"is {len(value)} characters long; at most {limit} are allowed")
         try:
@@ -218,12 +214,12 @@ class _Checker:
         data = self.obj(data, where)
         version = data.get("schema_version")
         if version != SCHEMA_VERSION or isinstance(version, bool):
-            raise self.fail(where, f"has trace schema version {_shown(version)}; this app reads version {SCHEMA_VERSION}")
+            raise self.fail(where, f"has trace schema version {excerpt(version)}; this app reads version {SCHEMA_VERSION}")
         self.keys(data, TRACE_FIELDS, TRACE_REQUIRED, where)
         if data["method"] not in METHOD_LABELS:
-            raise self.fail(f"{where}.method", f"is {_shown(data['method'])}, not one of {', '.join(METHOD_LABELS)}")
+            raise self.fail(f"{where}.method", f"is {excerpt(data['method'])}, not one of {', '.join(METHOD_LABELS)}")
         if method is not None and data["method"] != method:
-            raise self.fail(f"{where}.method", f"is {_shown(data['method'])} but the run is filed under {method!r}")
+            raise self.fail(f"{where}.method", f"is {excerpt(data['method'])} but the run is filed under {method!r}")
         lim = self.limits
         self.settings(data["settings"], f"{where}.settings", data["method"])
         self.sampling(data["sampling"], f"{where}.sampling")
@@ -234,7 +230,7 @@ class _Checker:
             self.text(data.get(name, ""), f"{where}.{name}", lim.long_text)
         self.integer(data["prompt_tokens"], f"{where}.prompt_tokens", 0, 10**7)
         if data.get("precision", "float32") not in PRECISIONS:
-            raise self.fail(f"{where}.precision", f"is {_shown(data.get('precision'))}, not one of {', '.join(PRECISIONS)}")
+            raise self.fail(f"{where}.precision", f"is {excerpt(data.get('precision'))}, not one of {', '.join(PRECISIONS)}")
         self.summary(data.get("summary", {}), f"{where}.summary")
         steps = self.items(data.get("steps"), f"{where}.steps", lim.steps)
         if not steps:
@@ -367,7 +363,7 @@ class _Checker:
             if position and node["status"] == "root":
                 raise self.fail(f"{at}.status", "is 'root' but only the first node is the root")
             if node["status"] not in STATUSES:
-                raise self.fail(f"{at}.status", f"is {_shown(node['status'])}, not one of {', '.join(STATUSES)}")
+                raise self.fail(f"{at}.status", f"is {excerpt(node['status'])}, not one of {', '.join(STATUSES)}")
             self.integer(node["token_id"], f"{at}.token_id", 0, BIG_INT)
             self.text(node["text"], f"{at}.text", lim.token_text)
             self.number(node["logprob"], f"{at}.logprob", -math.inf, 1e-3, log=True)

@@ -140,8 +140,8 @@ FILE_CASES: list[tuple[str, Callable[[], bytes], str]] = [
     ("summary-partial", lambda: changed({f"{DDD}.summary": {"tau": 1.0}}), "lacks the fields"),
     ("summary-text", lambda: changed({f"{DDD}.summary.tau": "fast"}), "must be a number"),
     # Steps.
-    ("steps-string", lambda: changed({f"{DDD}.steps": "abc"}), "must be a list, not a string"),
-    ("steps-null", lambda: changed({f"{DDD}.steps": None}), "must be a list, not a null"),
+    ("steps-string", lambda: changed({f"{DDD}.steps": "abc"}), "must be a list, not text"),
+    ("steps-null", lambda: changed({f"{DDD}.steps": None}), "must be a list, not null"),
     ("steps-zero", lambda: changed({f"{DDD}.steps": []}), "is empty"),
     ("steps-too-many", lambda: changed({f"{DDD}.steps": [0] * 5000}), "at most 4096"),
     ("step-number", lambda: changed({STEP: 5}), "must be an object"),
@@ -388,13 +388,22 @@ def test_stop_while_loading_runs_nothing_and_keeps_the_shown_race(models, monkey
     assert session.race.title == "hand race" and not session.busy
 
 
-def test_stop_before_the_first_token_keeps_the_shown_race(models):
+def test_stop_before_the_first_token_keeps_the_shown_race(models, monkeypatch):
     session = app.Session(race=hand_race())
-    run = app.run_race("the cat sat", *SETTINGS, True, TREE_MODE, session)
-    for values in run:
-        if session.busy and not session.stop_requested:
-            session.stop_requested = True  # before plain decoding has produced anything
-    assert session.race.title == "hand race"
+
+    class StopWhileWaiting:
+        """The model lock, taken just as Stop is pressed: no method has produced a token yet."""
+
+        def __enter__(self):
+            app.request_stop(session)
+
+        def __exit__(self, *exc):
+            return False
+
+    monkeypatch.setattr(models, "lock", StopWhileWaiting())
+    frames = [outputs(v) for v in app.run_race("the cat sat", *SETTINGS, True, TREE_MODE, session)]
+    assert "Stopped before any method produced a token" in message_text(frames[-1])
+    assert session.race.title == "hand race" and not session.busy
 
 
 def test_a_one_step_race_gets_a_working_slider(tmp_path):
@@ -445,6 +454,8 @@ def api_cases(tmp_path: Path) -> list[tuple[str, str, tuple]]:
         cases.append((f"file-{name}", "/load_file", (handle_file(str(path)), True, TREE_MODE)))
     order = list(GOOD)
     for i, (field, value, _) in enumerate(INPUT_CASES):
+        if field == "prompt" and isinstance(value, int):
+            continue  # Gradio's textbox turns it into the text "42": a valid prompt over HTTP
         if isinstance(value, float) and value != value or value in (float("inf"), float("-inf")):
             value = str(value)  # NaN and infinities travel as text: JSON has no literal for them
         args = [GOOD[k] if k != field else value for k in order]
@@ -482,3 +493,76 @@ def test_over_a_hundred_bad_inputs_over_http_then_a_normal_race(app_server, tmp_
                                                            api_name="/run")))
     assert [row[0] for row in final["summary"]["data"]] == ["Plain", "EAGLE-2", "DDD"]
     assert final["download"]["value"].endswith(".json.gz")
+
+
+# ---------------------------------------------------------------------------------------------------
+# In a real browser: script payloads in uploaded files and typed settings show as text, never as elements.
+# ---------------------------------------------------------------------------------------------------
+
+# Elements that carry a payload as markup: an attribute naming the marker, or a script or frame holding it.
+# Escaped text holding the same words is a text node, so it is not counted.
+INJECTED = """[...document.querySelectorAll('*')].filter(e =>
+    [...e.attributes].some(a => a.value.includes('__xss')) ||
+    (['SCRIPT', 'IFRAME'].includes(e.tagName) && (e.textContent + (e.srcdoc || '')).includes('__xss'))
+).map(e => e.outerHTML.slice(0, 120))"""
+
+
+def upload(browser, path: Path) -> None:
+    root = browser.send("DOM.getDocument", {"depth": -1})["root"]["nodeId"]
+    node = browser.send("DOM.querySelector", {"nodeId": root, "selector": "input[type=file]"})["nodeId"]
+    browser.send("DOM.setFileInputFiles", {"files": [str(path)], "nodeId": node})
+
+
+def evil_race() -> bytes:
+    """A valid race whose every free text field carries a payload."""
+    changes = {"title": PAYLOADS[2], "note": PAYLOADS[1], "traces.plain.steps.1.text": PAYLOADS[4]}
+    for method in ("plain", "eagle2", "ddd"):
+        changes[f"traces.{method}.prompt"] = PAYLOADS[0]
+        changes[f"traces.{method}.model"] = PAYLOADS[3]
+    return changed(changes)
+
+
+@pytest.mark.skipif(not Path("/usr/bin/chromium").exists(), reason="needs Debian's chromium at /usr/bin/chromium")
+def test_script_payloads_stay_text_in_the_browser(app_server, tmp_path):
+    from tests.test_browser import Browser, text_of
+
+    browser = Browser(tmp_path / "profile")
+    try:
+        browser.open(app_server.url)
+        browser.wait_for(f"{text_of('ans-ddd')}.trim().length > 0 && !{text_of('ans-ddd')}.includes('no run yet')",
+                         90, "the example race")
+        info = "(document.querySelector('.race-info')?.innerText || '')"
+        # A file refused for its format: the message quotes the payload as text.
+        bad = tmp_path / "evil-format.json"
+        bad.write_bytes(changed({"format": PAYLOADS[0]}))
+        upload(browser, bad)
+        browser.wait_for(f"{text_of('message')}.includes('not a DDD Explorer recorded run')", 60, "the refusal")
+        assert PAYLOADS[0] in browser.js(text_of("message"))
+        # A valid file whose texts are payloads: shown as text in the info line and the answer column.
+        good = tmp_path / "evil-race.json"
+        good.write_bytes(evil_race())
+        upload(browser, good)
+        browser.wait_for(f"{info}.includes('onerror')", 60, "the loaded race")
+        shown = browser.js(info)
+        for payload in (PAYLOADS[2], PAYLOADS[0], PAYLOADS[3], PAYLOADS[1]):
+            assert payload in shown, (payload, shown)
+        assert PAYLOADS[4] in browser.js(text_of("ans-plain"))
+        # A typed setting: the refusal quotes it as text.
+        browser.js("[...document.querySelectorAll('button')].find(b => b.innerText.trim().startsWith('Settings'))"
+                   "?.click()")
+        field = ("[...document.querySelectorAll('label')].find(l => l.innerText.includes('DDD check after calls'))"
+                 "?.closest('.block')?.querySelector('textarea, input')")
+        browser.wait_for(f"!!({field})", 20, "the check-after-calls field")
+        browser.js(f"""(() => {{ const t = {field}; t.value = {json.dumps(PAYLOADS[0])};
+            t.dispatchEvent(new Event('input', {{bubbles: true}})); }})()""")
+        browser.js("""(() => { const t = document.querySelector('#prompt textarea'); t.value = 'the cat sat';
+            t.dispatchEvent(new Event('input', {bubbles: true})); })()""")
+        time.sleep(0.5)
+        browser.js("document.querySelector('#run').click()")
+        browser.wait_for(f"{text_of('message')}.includes('not a draft call number')", 60, "the settings refusal")
+        assert PAYLOADS[0] in browser.js(text_of("message"))
+        time.sleep(1)  # let any toast render
+        assert browser.js("window.__xss") is None
+        assert browser.js(INJECTED) == []
+    finally:
+        browser.close()
