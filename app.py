@@ -552,6 +552,8 @@ def replay(shade: bool, speed: str, session: Session):
 def replay_finished_race(shade: bool, speed: str, session: Session):
     """After a complete race, replay it once: the three ran one after another, this shows them side by side."""
     if session is None or not session.fresh:
+        # A generator that yields nothing clears its outputs, and with them the message a refused run left.
+        yield (gr.skip(),) * 7
         return
     session.fresh = False
     yield from replay(shade, speed, session)
