@@ -519,6 +519,7 @@ def evil_race() -> bytes:
     for method in ("plain", "eagle2", "ddd"):
         changes[f"traces.{method}.prompt"] = PAYLOADS[0]
         changes[f"traces.{method}.model"] = PAYLOADS[3]
+        changes[f"traces.{method}.device"] = PAYLOADS[4]
     return changed(changes)
 
 
