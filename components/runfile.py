@@ -32,7 +32,7 @@ class FileLimits:
     keeping a crafted file's memory and checking time bounded."""
 
     file_bytes: int = 24 * 2**20  # as stored: gzipped or plain
-    json_bytes: int = 96 * 2**20  # after decompression
+    json_bytes: int = 64 * 2**20  # after decompression (parsed, about ten times that in memory)
     steps: int = 4096  # per run
     nodes_per_step: int = 40_000
     nodes: int = 1_000_000  # in the whole file

@@ -567,3 +567,10 @@ def test_script_payloads_stay_text_in_the_browser(app_server, tmp_path):
         assert browser.js(INJECTED) == []
     finally:
         browser.close()
+
+
+def test_gradio_drops_its_old_file_copies():
+    from components.exports import CACHE_CLEANUP
+
+    demo = app.build_demo()
+    assert demo.delete_cache == CACHE_CLEANUP and CACHE_CLEANUP[1] <= 3600
