@@ -72,8 +72,8 @@ class Race:
                 "traces": traces}
 
     def save(self, path: str | Path, compact: bool = False) -> Path:
-        """Write the race as one JSON file, gzipped when `path` ends in .gz. `compact` rounds numbers and keeps only the draft nodes the
-        tree view shows (verified nodes and the best dropped candidates of each level)."""
+        """Write the race as one JSON file, gzipped when `path` ends in .gz. `compact` rounds numbers and keeps
+        only the draft nodes the tree view shows (verified nodes and the best dropped candidates of each level)."""
         path = Path(path)
         path.parent.mkdir(parents=True, exist_ok=True)
         text = json.dumps(self.to_dict(compact), ensure_ascii=False, separators=(",", ":") if compact else None)

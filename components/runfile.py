@@ -112,8 +112,8 @@ def race_from_data(data: Any, source: str = "the file", limits: FileLimits = LIM
         trace = checker.trace(data, "the run", None)
         return Race(traces={trace.method: trace}, title=trace.prompt[:60])
     if data.get("format") != RACE_FORMAT:
-        raise RaceFileError(f"{source} is not a DDD Explorer recorded run (its format is {excerpt(data.get('format'))}, "
-                            f"expected {RACE_FORMAT!r}).")
+        raise RaceFileError(f"{source} is not a DDD Explorer recorded run (its format is "
+                            f"{excerpt(data.get('format'))}, expected {RACE_FORMAT!r}).")
     if data.get("version") != RACE_VERSION or isinstance(data.get("version"), bool):
         raise RaceFileError(f"{source} is a recorded run of version {excerpt(data.get('version'))}; this app reads "
                             f"version {RACE_VERSION}.")
@@ -214,7 +214,8 @@ class _Checker:
         data = self.obj(data, where)
         version = data.get("schema_version")
         if version != SCHEMA_VERSION or isinstance(version, bool):
-            raise self.fail(where, f"has trace schema version {excerpt(version)}; this app reads version {SCHEMA_VERSION}")
+            raise self.fail(where, f"has trace schema version {excerpt(version)}; this app reads version "
+                                   f"{SCHEMA_VERSION}")
         self.keys(data, TRACE_FIELDS, TRACE_REQUIRED, where)
         if data["method"] not in METHOD_LABELS:
             raise self.fail(f"{where}.method", f"is {excerpt(data['method'])}, not one of {', '.join(METHOD_LABELS)}")
@@ -230,7 +231,8 @@ class _Checker:
             self.text(data.get(name, ""), f"{where}.{name}", lim.long_text)
         self.integer(data["prompt_tokens"], f"{where}.prompt_tokens", 0, 10**7)
         if data.get("precision", "float32") not in PRECISIONS:
-            raise self.fail(f"{where}.precision", f"is {excerpt(data.get('precision'))}, not one of {', '.join(PRECISIONS)}")
+            raise self.fail(f"{where}.precision", f"is {excerpt(data.get('precision'))}, not one of "
+                                                  f"{', '.join(PRECISIONS)}")
         self.summary(data.get("summary", {}), f"{where}.summary")
         steps = self.items(data.get("steps"), f"{where}.steps", lim.steps)
         if not steps:

@@ -74,7 +74,8 @@ def race_info(race: Race | None) -> str:
                      next(iter(race.traces.values())))
     sampling = any_trace.sampling
     mode = "greedy" if not sampling.get("temperature") else escape(
-        f"sampling (temperature {sampling.get('temperature')}, top-p {sampling.get('top_p')}, seed {sampling.get('seed')})")
+        f"sampling (temperature {sampling.get('temperature')}, top-p {sampling.get('top_p')}, "
+        f"seed {sampling.get('seed')})")
     title = f"<b>{escape(race.title)}</b> · " if race.title else ""
     parts = [f"{title}Prompt: “{escape(race.prompt[:300])}”",
              f"Model {escape(any_trace.model)} ({escape(any_trace.precision)}, {escape(any_trace.device)}), "

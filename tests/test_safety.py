@@ -10,6 +10,7 @@ from __future__ import annotations
 import copy
 import gzip
 import json
+import os
 import time
 from pathlib import Path
 from typing import Any, Callable
@@ -242,8 +243,6 @@ def test_export_store_keeps_few_recent_gzipped_files(tmp_path):
     assert len(store.files()) == 3
     old = Path(store.save(race, "old"))
     stale = time.time() - 7200
-    import os
-
     os.utime(old, (stale, stale))
     store.save(race, "new")
     assert not old.exists()
@@ -303,7 +302,8 @@ INPUT_CASES = [
 ]
 
 
-@pytest.mark.parametrize("field, value, words", INPUT_CASES, ids=[f"{f}-{i}" for i, (f, _, _) in enumerate(INPUT_CASES)])
+@pytest.mark.parametrize("field, value, words", INPUT_CASES,
+                         ids=[f"{f}-{i}" for i, (f, _, _) in enumerate(INPUT_CASES)])
 def test_bad_setting_is_named(field, value, words):
     with pytest.raises(InputError, match=words.replace("^", r"\^").replace("(", r"\(")):
         race_inputs(**{**GOOD, field: value}, precisions=["float32", "int8"])
