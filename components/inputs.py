@@ -30,7 +30,7 @@ class Range:
     whole: bool = True
 
 
-# The Settings panel's ranges.
+# The Settings panel's ranges, down to 1 new token and top-p 0.01 for API callers (both harmless).
 RANGES = {
     "max_new_tokens": Range("max new tokens", 1, 512),
     "temperature": Range("temperature", 0, 2, whole=False),
