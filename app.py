@@ -8,8 +8,6 @@ from __future__ import annotations
 
 import argparse
 import os
-import shutil
-import tempfile
 import threading
 import time
 from dataclasses import dataclass
@@ -20,9 +18,14 @@ import gradio as gr
 
 from components import Race, RaceFileError
 from components.answer import LEGEND, answer_html, counters_html
+from components.exports import CACHE_CLEANUP, ExportStore
+from components.inputs import InputError, prompt_tokens, race_inputs, replay_speed, step_index
+from components.runfile import LIMITS
 from components.race import METHOD_LABELS, RACE_METHODS
 from components.replay import frame_times, steps_done
+from components.tokens import escape
 from components.views import CSS, column_views, race_views, step_view
+from components.widgets import CheckedNumber, CheckedSlider
 from ddd.models import DEFAULT_MODEL
 from ddd.settings import PRECISIONS, SettingsError
 
@@ -41,7 +44,6 @@ except ImportError:  # pragma: no cover - depends on the host
 ROOT = Path(__file__).resolve().parent
 HEAD_DIR = ROOT / "assets" / "head"
 EXAMPLES_DIR = Path(os.environ.get("DDD_EXAMPLES") or ROOT / "assets" / "examples")
-MAX_PROMPT_CHARS = 4000
 STREAM_EVERY_S = 0.12
 EXAMPLE_PROMPTS = [
     "Write a Python function that checks whether a string is a palindrome.",
@@ -183,7 +185,8 @@ class Session:
         self.replaying = False
         self.fresh = False  # a race just finished and has not been replayed yet
         self.source: str | None = None  # the shipped example file the race came from, if it did
-        self.file_dir: str | None = None
+        self.queued = False  # Run was pressed and the race waits in the queue (Stop then cancels it)
+        self.file: str | None = None  # this session's race file in EXPORTS
 
     def request_stop(self) -> None:
         self.stop_requested = True
@@ -191,17 +194,16 @@ class Session:
             self.generation.stop()
 
     def export(self) -> str | None:
-        """The race as a JSON file in this session's own temporary folder (replaced on each export)."""
+        """The race as a gzipped JSON file (replacing this session's previous one)."""
         if self.race is None:
             return None
         if self.source:  # a shipped example: offer its own file
             return self.source
-        if self.file_dir is None:
-            self.file_dir = tempfile.mkdtemp(prefix="ddd-race-")
-        for old in Path(self.file_dir).glob("*.json"):
-            old.unlink(missing_ok=True)
-        name = "".join(c if c.isalnum() else "-" for c in (self.race.title or self.race.prompt)[:40]).strip("-")
-        return str(self.race.save(Path(self.file_dir) / f"ddd-race-{name or 'run'}.json"))
+        self.file = EXPORTS.save(self.race, self.race.title or self.race.prompt, replacing=self.file)
+        return self.file
+
+
+EXPORTS = ExportStore()
 
 
 def new_session() -> Session:
@@ -212,8 +214,7 @@ def close_session(session: Session | None) -> None:
     if session is None:
         return
     session.request_stop()
-    if session.file_dir:
-        shutil.rmtree(session.file_dir, ignore_errors=True)
+    EXPORTS.remove(session.file)
 
 
 # ---------------------------------------------------------------------------------------------------
@@ -252,7 +253,12 @@ def read_example(path: Path) -> Race:
 def _message(text: str = "", kind: str = "error") -> dict[str, Any]:
     if not text:
         return gr.update(value="", visible=False)
-    return gr.update(value=f"<div class='{kind}-box'>{text}</div>", visible=True)
+    return gr.update(value=f"<div class='{kind}-box'>{escape(text)}</div>", visible=True)
+
+
+def warn(text: str) -> None:
+    """A warning toast; Gradio renders its message as HTML, and the text may quote a file or a setting."""
+    gr.Warning(escape(text))
 
 
 def show_race(session: Session, shade: bool, mode: str, message: str = "", kind: str = "note") -> tuple:
@@ -264,7 +270,8 @@ def show_race(session: Session, shade: bool, mode: str, message: str = "", kind:
     step = step_view(race, start, shade, TREE_MODES.get(mode, "shown"))
     return (
         *views["columns"],
-        gr.update(minimum=0, maximum=max(count - 1, 0), value=start, step=1, interactive=count > 1),
+        # Gradio refuses a slider whose minimum equals its maximum: a one-step race keeps 0..1, inactive.
+        gr.update(minimum=0, maximum=max(count - 1, 1), value=start, step=1, interactive=count > 1),
         step.eagle2_text, step.ddd_text, step.eagle2_tree, step.ddd_tree, step.narration, step.depth,
         views["timeline"], views["summary"], views["about"], views["info"],
         gr.update(value=session.export(), interactive=race is not None),
@@ -284,7 +291,7 @@ def load_example(name: str | None, shade: bool, mode: str, session: Session) -> 
     try:
         session.race, session.source = read_example(path), str(path)
     except (RaceFileError, OSError) as err:
-        gr.Warning(str(err))
+        warn(str(err))
         return show_race(session, shade, mode, str(err), "error")
     return show_race(session, shade, mode)
 
@@ -296,7 +303,7 @@ def load_file(file: str | None, shade: bool, mode: str, session: Session) -> tup
     try:
         session.race, session.source = Race.load(file), None
     except RaceFileError as err:
-        gr.Warning(str(err))
+        warn(str(err))
         return show_race(session, shade, mode, f"Could not load that file: {err}", "error")
     return show_race(session, shade, mode)
 
@@ -315,7 +322,8 @@ def reshade(shade: bool, index: float | None, session: Session) -> tuple:
 def show_step(index: float | None, shade: bool, mode: str, session: Session) -> tuple:
     """STEP_OUTPUTS for step `index` of the session's race."""
     race = session.race if session else None
-    view = step_view(race, int(index or 0), shade, TREE_MODES.get(mode, "shown"))
+    view = step_view(race, step_index(index, race.decode_steps() - 1 if race else 0), shade,
+                     TREE_MODES.get(mode, "shown"))
     return view.eagle2_text, view.ddd_text, view.eagle2_tree, view.ddd_tree, view.narration, view.depth
 
 
@@ -346,7 +354,16 @@ def request_stop(session: Session) -> str:
     if session is not None and (session.busy or session.replaying):
         session.request_stop()
         return "Stopping after the current step…" if session.busy else "Replay stopped."
+    if session is not None and session.queued:
+        session.stop_requested = True
+        return "Stopped: the race waiting in the queue will not run."
     return ""
+
+
+def mark_queued(session: Session) -> None:
+    """Run pressed: until the race starts it waits in the queue, and Stop must reach it there too."""
+    if session is not None and not session.busy:
+        session.queued, session.stop_requested = True, False
 
 
 def default_preset() -> str:
@@ -373,7 +390,7 @@ def measured_preset(precision: str | None = None) -> dict | None:
         try:
             target, head = MODELS.load(precision)
         except (ModelLoadError, HeadLoadError) as err:
-            gr.Warning(f"Could not load the model: {err}")
+            warn(f"Could not load the model: {err}")
             return None
         with MODELS.lock:
             report = auto_budget(target, head)
@@ -393,7 +410,7 @@ PRESET_FIELDS = ["e_top_k", "e_calls", "e_total", "d_calls", "d_checks", "d_thre
 
 
 def method_settings_from(e_top_k, e_calls, e_total, d_calls, d_checks, d_threshold) -> dict[str, dict[str, Any]]:
-    checks = str(d_checks or "").strip() or "5,7,9"
+    checks = str(d_checks).strip()
     return {
         "plain": {},
         "eagle2": dict(top_k=int(e_top_k), draft_calls=int(e_calls), total_tokens=int(e_total)),
@@ -414,23 +431,26 @@ def run_race(prompt: str, max_new_tokens: float, temperature: float, top_p: floa
     """Decode the prompt with plain, EAGLE-2 and DDD one after another (never concurrently, so each is timed
     alone), streaming each into its column; then build every figure once from the finished traces."""
     session = session or Session()
-    prompt = (prompt or "").strip()
-    if not prompt:
-        gr.Warning("The prompt is empty: type a question or pick an example.")
-        yield _live_error(session, "The prompt is empty: type a question or pick an example.")
+    queued, session.queued = session.queued, False
+    if queued and session.stop_requested:
+        session.stop_requested = False
+        yield _live_error(session, "Stopped before the race started: nothing ran.")
         return
-    if len(prompt) > MAX_PROMPT_CHARS:
-        text = f"The prompt is {len(prompt)} characters long; the limit here is {MAX_PROMPT_CHARS}."
-        gr.Warning(text)
-        yield _live_error(session, text)
+    try:
+        checked = race_inputs(prompt, max_new_tokens, temperature, top_p, seed, precision, e_top_k, e_calls,
+                              e_total, d_calls, d_checks, d_threshold, MODELS.precisions())
+    except InputError as err:
+        warn(str(err))
+        yield _live_error(session, str(err))
         return
     if session.busy:
         yield _live_error(session, "A run is already going in this tab: wait for it or press Stop.")
         return
     session.busy, session.stop_requested = True, False
     try:
-        yield from _race(prompt, max_new_tokens, temperature, top_p, seed, precision, e_top_k, e_calls, e_total,
-                         d_calls, d_checks, d_threshold, shade, mode, session)
+        yield from _race(checked.prompt, checked.max_new_tokens, checked.temperature, checked.top_p, checked.seed,
+                         checked.precision, checked.e_top_k, checked.e_calls, checked.e_total, checked.d_calls,
+                         checked.d_checks, checked.d_threshold, shade, mode, session)
     finally:
         session.busy = False
         session.generation = None
@@ -452,8 +472,17 @@ def _race(prompt, max_new_tokens, temperature, top_p, seed, precision, e_top_k, 
     try:
         target, head = MODELS.load(precision)
     except (ModelLoadError, HeadLoadError) as err:
-        gr.Warning(str(err))
+        warn(str(err))
         yield _live_error(session, f"Could not load the model: {err}")
+        return
+    if session.stop_requested:
+        yield show_race(session, shade, mode, "Stopped while the model was loading: nothing ran.", "note")
+        return
+    try:
+        prompt_tokens(target, prompt, int(max_new_tokens), MODELS.device())
+    except InputError as err:
+        warn(str(err))
+        yield _live_error(session, str(err))
         return
     settings = method_settings_from(e_top_k, e_calls, e_total, d_calls, d_checks, d_threshold)
     runs = {}
@@ -463,7 +492,7 @@ def _race(prompt, max_new_tokens, temperature, top_p, seed, precision, e_top_k, 
             runs[method] = generate(target, None if method == "plain" else head, prompt, method,
                                     max_new_tokens=int(max_new_tokens), sampling=sampling, **settings[method])
     except (SettingsError, PromptError, ValueError) as err:
-        gr.Warning(str(err))
+        warn(str(err))
         yield _live_error(session, str(err))
         return
     note = MODELS.note
@@ -490,6 +519,9 @@ def _race(prompt, max_new_tokens, temperature, top_p, seed, precision, e_top_k, 
             counts[position] = counters_html(method, steps, f"done: {run.trace.stop_reason}")
             yield _live(columns, counts, f"{label} done.", session)
     traces = {m: runs[m].trace for m in RACE_METHODS if runs[m].trace.steps}
+    if not traces:  # stopped before the first token: keep the race that was shown
+        yield show_race(session, shade, mode, "Stopped before any method produced a token.", "note")
+        return
     session.race, session.source = Race(traces=traces, note=note), None
     session.fresh = not session.stop_requested and len(traces) == len(RACE_METHODS)
     stopped = "Stopped. " if session.stop_requested else ""
@@ -503,9 +535,14 @@ def replay(shade: bool, speed: str, session: Session):
     if race is None:
         yield *[gr.skip()] * 6, _message("Nothing to replay yet: run or load a race first.", "error")
         return
+    try:
+        factor = replay_speed(speed)
+    except InputError as err:
+        yield *[gr.skip()] * 6, _message(str(err), "error")
+        return
     session.stop_requested, session.replaying = False, True
     try:
-        yield from _replay_frames(race, shade, float(str(speed).rstrip("×x") or 1), session)
+        yield from _replay_frames(race, shade, factor, session)
     finally:
         session.replaying = False
     session.stop_requested = False
@@ -515,6 +552,8 @@ def replay(shade: bool, speed: str, session: Session):
 def replay_finished_race(shade: bool, speed: str, session: Session):
     """After a complete race, replay it once: the three ran one after another, this shows them side by side."""
     if session is None or not session.fresh:
+        # A generator that yields nothing clears its outputs, and with them the message a refused run left.
+        yield (gr.skip(),) * 7
         return
     session.fresh = False
     yield from replay(shade, speed, session)
@@ -560,7 +599,7 @@ SETTINGS_NAMES = ["max_new_tokens", "temperature", "top_p", "seed", "precision",
 def build_demo() -> gr.Blocks:
     ui: dict[str, Any] = {}
     examples = example_files()
-    with gr.Blocks(title="DDD Explorer") as demo:
+    with gr.Blocks(title="DDD Explorer", delete_cache=CACHE_CLEANUP) as demo:
         ui["session"] = gr.State(new_session, delete_callback=close_session)
         ui["playing"] = gr.State(False)
         gr.Markdown("# DDD Explorer\nPlain decoding, **EAGLE-2** and **Dynamic Depth Decoding** race on the same model. "
@@ -580,32 +619,32 @@ def build_demo() -> gr.Blocks:
                 ui["example"] = gr.Dropdown(list(examples), value=next(iter(examples), None), label="Example run",
                                             elem_id="example")
                 with gr.Row():
-                    ui["upload"] = gr.UploadButton("Load a run file", file_types=[".json"], size="sm")
+                    ui["upload"] = gr.UploadButton("Load a run file", file_types=[".json", ".gz"], size="sm")
                     ui["download"] = gr.DownloadButton("Save this run", size="sm", interactive=False)
                 ui["info"] = gr.HTML(elem_classes="race-info")
         with gr.Accordion("Settings", open=False):
             ui["model_info"] = gr.Markdown(MODELS.describe())
             with gr.Row():
-                ui["max_new_tokens"] = gr.Slider(8, 512, value=64, step=8, label="max new tokens")
-                ui["temperature"] = gr.Slider(0, 2, value=0, step=0.05, label="temperature (0 = greedy)")
-                ui["top_p"] = gr.Slider(0.05, 1, value=1, step=0.05, label="top-p")
-                ui["seed"] = gr.Number(0, precision=0, label="seed")
+                ui["max_new_tokens"] = CheckedSlider(8, 512, value=64, step=8, label="max new tokens")
+                ui["temperature"] = CheckedSlider(0, 2, value=0, step=0.05, label="temperature (0 = greedy)")
+                ui["top_p"] = CheckedSlider(0.05, 1, value=1, step=0.05, label="top-p")
+                ui["seed"] = CheckedNumber(0, precision=0, label="seed")
                 ui["precision"] = gr.Radio(MODELS.precisions(), value=MODELS.default_precision(),
                                            label="precision (target and head, all three methods)",
                                            info=PRECISION_INFO)
             preset = PRESETS[default_preset()]
             ui["preset"] = gr.Radio(PRESET_NAMES, value=default_preset(), label="preset for the settings below")
             with gr.Row():
-                ui["e_top_k"] = gr.Slider(1, 32, value=preset["e_top_k"], step=1,
+                ui["e_top_k"] = CheckedSlider(1, 32, value=preset["e_top_k"], step=1,
                                           label="EAGLE-2 / DDD top-k (beam width)")
-                ui["e_calls"] = gr.Slider(1, 16, value=preset["e_calls"], step=1,
+                ui["e_calls"] = CheckedSlider(1, 16, value=preset["e_calls"], step=1,
                                           label="EAGLE-2 draft calls (tree depth)")
-                ui["e_total"] = gr.Slider(2, 128, value=preset["e_total"], step=1,
+                ui["e_total"] = CheckedSlider(2, 128, value=preset["e_total"], step=1,
                                           label="total tokens verified (EAGLE-2 / DDD)")
             with gr.Row():
-                ui["d_calls"] = gr.Slider(1, 24, value=preset["d_calls"], step=1, label="DDD max draft calls")
+                ui["d_calls"] = CheckedSlider(1, 24, value=preset["d_calls"], step=1, label="DDD max draft calls")
                 ui["d_checks"] = gr.Textbox(preset["d_checks"], label="DDD check after calls ('5,7,9' or 'all')")
-                ui["d_threshold"] = gr.Number(preset["d_threshold"], label="DDD threshold on H (≤ 0)")
+                ui["d_threshold"] = CheckedNumber(preset["d_threshold"], label="DDD threshold on H (≤ 0)")
             with gr.Row():
                 ui["shade"] = gr.Checkbox(True, label="shade tokens by how they were made")
                 ui["mode"] = gr.Radio(list(TREE_MODES), value=next(iter(TREE_MODES)), label="tree nodes shown")
@@ -626,7 +665,7 @@ def build_demo() -> gr.Blocks:
                     ui["play"] = gr.Button("▶ Play", size="sm", min_width=60, elem_id="play")
                     ui["next"] = gr.Button("Next ›", size="sm", min_width=60, elem_id="next")
                     ui["last"] = gr.Button("Last »", size="sm", min_width=60)
-                ui["slider"] = gr.Slider(0, 1, value=0, step=1, label="step (0 = prefill)", elem_id="step-slider")
+                ui["slider"] = CheckedSlider(0, 1, value=0, step=1, label="step (0 = prefill)", elem_id="step-slider")
                 with gr.Row(equal_height=False):
                     with gr.Column():
                         gr.Markdown("**EAGLE-2** — text so far (current step outlined)")
@@ -670,10 +709,10 @@ def build_demo() -> gr.Blocks:
                          [ui["playing"], ui["timer"], ui["play"], ui["slider"]], api_name=False,
                          show_progress="hidden")
         run_inputs = [ui["prompt"], *[ui[n] for n in SETTINGS_NAMES], *view_inputs]
-        running = ui["run"].click(run_race, run_inputs, race_outputs, api_name="run", concurrency_id="model",
-                                  concurrency_limit=1)
-        submitted = ui["prompt"].submit(run_race, run_inputs, race_outputs, api_name=False, concurrency_id="model",
-                                        concurrency_limit=1)
+        running = ui["run"].click(mark_queued, [ui["session"]], None, queue=False, api_name=False).then(
+            run_race, run_inputs, race_outputs, api_name="run", concurrency_id="model", concurrency_limit=1)
+        submitted = ui["prompt"].submit(mark_queued, [ui["session"]], None, queue=False, api_name=False).then(
+            run_race, run_inputs, race_outputs, api_name=False, concurrency_id="model", concurrency_limit=1)
         running.then(lambda: MODELS.describe(), None, ui["model_info"], api_name=False)
         replay_outputs = [ui[n] for n in RACE_OUTPUT_NAMES[:6]] + [ui["message"]]
         for event in (running, submitted):
@@ -751,6 +790,7 @@ def main(argv: list[str] | None = None) -> None:
         return
     demo = build_demo()
     demo.launch(server_name=args.host, server_port=args.port, css=CSS, allowed_paths=[str(EXAMPLES_DIR)],
+                max_file_size=LIMITS.file_bytes,
                 theme=gr.themes.Soft(primary_hue="violet", secondary_hue="blue"))
 
 

@@ -2,6 +2,7 @@
 from __future__ import annotations
 
 import html
+from typing import Any
 
 _VISIBLE = {" ": "␣", "\n": "↵", "\t": "⇥", "\r": "␍"}
 
@@ -22,9 +23,16 @@ def visible(text: str, empty: str = "∅") -> str:
 
 
 def quoted(text: str) -> str:
-    """A token as it appears in narration: visible whitespace inside quotes."""
-    return f"'{visible(text)}'"
+    """A token as it appears in narration: visible whitespace inside quotes, escaped, since the narration is
+    Markdown and a token (from a loaded file, say) may read "<img onerror=...>"."""
+    return f"'{escape(visible(text))}'"
 
 
 def escape(text: str) -> str:
     return html.escape(text, quote=True)
+
+
+def excerpt(value: Any, limit: int = 60) -> str:
+    """A value as a message may quote it: repr, so that its type shows, cut to `limit` characters."""
+    text = repr(value)
+    return text if len(text) <= limit else text[:limit] + "…"

@@ -73,11 +73,12 @@ def race_info(race: Race | None) -> str:
     any_trace = next((race.traces[m] for m in ("ddd", "eagle2") if m in race.traces),
                      next(iter(race.traces.values())))
     sampling = any_trace.sampling
-    mode = "greedy" if not sampling.get("temperature") else (
-        f"sampling (temperature {sampling.get('temperature')}, top-p {sampling.get('top_p')}, seed {sampling.get('seed')})")
+    mode = "greedy" if not sampling.get("temperature") else escape(
+        f"sampling (temperature {sampling.get('temperature')}, top-p {sampling.get('top_p')}, "
+        f"seed {sampling.get('seed')})")
     title = f"<b>{escape(race.title)}</b> · " if race.title else ""
     parts = [f"{title}Prompt: “{escape(race.prompt[:300])}”",
-             f"Model {escape(any_trace.model)} ({any_trace.precision}, {any_trace.device}), "
+             f"Model {escape(any_trace.model)} ({escape(any_trace.precision)}, {escape(any_trace.device)}), "
              f"head {escape(str(any_trace.head))}, {mode}."]
     for method in ("eagle2", "ddd"):
         trace = race.get(method)

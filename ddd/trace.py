@@ -11,6 +11,7 @@ from pathlib import Path
 from typing import Any
 
 SCHEMA_VERSION = 1
+STATUSES = ("root", "accepted", "rejected", "pruned")  # of a DraftNode
 
 
 class TraceFileError(ValueError):

@@ -13,6 +13,7 @@ import pytest
 
 import app
 from components import Race
+from components.inputs import MAX_PROMPT_CHARS
 from ddd import save_head
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -68,10 +69,10 @@ def test_bad_input_gives_a_message_not_a_crash(models):
     session = app.Session()
     for prompt, settings, words in [
         ("", SETTINGS, "empty"),
-        ("x" * (app.MAX_PROMPT_CHARS + 1), SETTINGS, "characters"),
+        ("x" * (MAX_PROMPT_CHARS + 1), SETTINGS, "characters"),
         ("the cat", SETTINGS[:10] + [0.5], "threshold"),
-        ("the cat", SETTINGS[:9] + ["3,99", -0.3], "check_steps"),
-        ("the cat", SETTINGS[:7] + [1] + SETTINGS[8:], "total_tokens"),
+        ("the cat", SETTINGS[:9] + ["3,99", -0.3], "check after calls"),
+        ("the cat", SETTINGS[:7] + [1] + SETTINGS[8:], "total tokens"),
         ("the cat " * 200, SETTINGS, "shorten the prompt"),
     ]:
         frames = race_run(prompt, session, settings)

@@ -366,7 +366,7 @@ def test_single_run_trace_file_loads_as_a_race(tmp_path):
     (json.dumps({"format": "ddd-explorer-race", "version": 1, "traces": {"ddd": {"schema_version": 0}}}),
      "schema version 0"),
     (json.dumps({"format": "ddd-explorer-race", "version": 1,
-                 "traces": {"ddd": {"schema_version": SCHEMA_VERSION, "bogus": 1}}}), "not a valid trace"),
+                 "traces": {"ddd": {"schema_version": SCHEMA_VERSION, "bogus": 1}}}), "lacks the fields"),
     (json.dumps({"format": "ddd-explorer-race", "version": 1, "traces": {"magic": {}}}), "unknown method"),
 ])
 def test_bad_race_files_say_why(tmp_path, content, words):

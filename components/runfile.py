@@ -1,0 +1,378 @@
+"""Reading and writing race files, with every field checked before any view sees it.
+
+A run file comes from anywhere (an upload, an API call), and the views trust what they are given: a node that
+is its own parent makes the tree layout loop forever, a string where a number belongs raises deep inside a
+figure, and a huge file fills memory. So a file is read within size limits, plain or gzipped, and checked
+field by field (types, ranges, lengths, tree shape) before a Race is built from it. Each kind of problem has
+its own message, naming the field where it was found.
+"""
+from __future__ import annotations
+
+import gzip
+import json
+import math
+import zlib
+from dataclasses import dataclass, fields
+from pathlib import Path
+from typing import Any
+
+from ddd.settings import PRECISIONS, SETTINGS_CLASSES, Sampling, SettingsError, method_settings
+from ddd.metrics import summarize
+from ddd.trace import SCHEMA_VERSION, STATUSES, DraftNode, RunTrace, Step
+
+from .race import METHOD_LABELS, RACE_FORMAT, RACE_VERSION, Race, RaceFileError
+from .tokens import excerpt
+
+GZIP_MAGIC = b"\x1f\x8b"
+
+
+@dataclass(frozen=True)
+class FileLimits:
+    """What one run file may hold. The app's own largest race (512 new tokens, the widest tree the settings
+    allow) takes about 40 MB of JSON and 24,000 nodes in a step, so these admit it with room to spare while
+    keeping a crafted file's memory and checking time bounded."""
+
+    file_bytes: int = 24 * 2**20  # as stored: gzipped or plain
+    json_bytes: int = 64 * 2**20  # after decompression (parsed, about ten times that in memory)
+    steps: int = 4096  # per run
+    nodes_per_step: int = 40_000
+    nodes: int = 1_000_000  # in the whole file
+    long_text: int = 200_000  # prompt and answer (characters)
+    token_text: int = 2_000  # one token's text
+    step_text: int = 16_000  # the text one step added
+    label: int = 2_000  # title, note, model and head names, stop reason
+    list_items: int = 4_096  # token ids of a step, confidences, checks, accepted path
+    summary_keys: int = 64
+
+
+LIMITS = FileLimits()
+BIG_INT = 2**31  # token ids, ranks, indices: far beyond any vocabulary or pool
+MAX_MS = 1e9  # a step that took eleven days is a broken file, not a slow machine
+STEP_FIELDS = {f.name for f in fields(Step)}
+NODE_FIELDS = {f.name for f in fields(DraftNode)}
+CHECK_FIELDS = {"call", "confidence", "stop"}
+TRACE_FIELDS = {f.name for f in fields(RunTrace)}
+TRACE_REQUIRED = {"method", "settings", "sampling", "model", "head", "prompt", "prompt_tokens", "schema_version"}
+RACE_FIELDS = {"format", "version", "title", "note", "traces"}
+SUMMARY_KEYS = set(summarize([]))
+
+
+def _size(n: int) -> str:
+    return f"{n / 2**20:.0f} MB"
+
+
+def read_json(path: Path, limits: FileLimits = LIMITS) -> Any:
+    """The JSON value in `path` (plain or gzipped), read within the size limits."""
+    name = path.name
+    try:
+        size = path.stat().st_size
+        if not path.is_file():
+            raise RaceFileError(f"{name} is not a file.")
+        if size > limits.file_bytes:
+            raise RaceFileError(f"{name} is {size / 2**20:.1f} MB; run files may be at most {_size(limits.file_bytes)} "
+                                "(gzip a larger one: the app reads .json.gz files too).")
+        with path.open("rb") as f:
+            compressed = f.read(2) == GZIP_MAGIC
+        if compressed:
+            with gzip.open(path, "rb") as f:
+                raw = f.read(limits.json_bytes + 1)  # read at most one byte past the limit: a gzip bomb stops here
+        else:
+            raw = path.read_bytes()
+    except FileNotFoundError as err:
+        raise RaceFileError(f"No recorded run at {path}.") from err
+    except (gzip.BadGzipFile, EOFError, zlib.error) as err:
+        raise RaceFileError(f"{name} looks gzipped but cannot be decompressed ({err}).") from err
+    except OSError as err:
+        raise RaceFileError(f"{name} cannot be read ({err.strerror or err}).") from err
+    if len(raw) > limits.json_bytes:
+        raise RaceFileError(f"{name} decompresses to more than {_size(limits.json_bytes)} of JSON; "
+                            f"run files may hold at most {_size(limits.json_bytes)}.")
+    try:
+        return json.loads(raw.decode("utf-8-sig"))
+    except UnicodeDecodeError as err:
+        raise RaceFileError(f"{name} is not a readable JSON file: it is not UTF-8 text ({err.reason} at byte "
+                            f"{err.start}).") from err
+    except RecursionError as err:
+        raise RaceFileError(f"{name} is not a recorded run: its JSON is nested too deeply.") from err
+    except ValueError as err:  # JSONDecodeError, and integers longer than Python's digit limit
+        raise RaceFileError(f"{name} is not a readable JSON file: {err}.") from err
+
+
+def load_race(path: str | Path, limits: FileLimits = LIMITS) -> Race:
+    """The race in a run file, checked completely; RaceFileError says what is wrong with it otherwise."""
+    path = Path(path)
+    return race_from_data(read_json(path, limits), path.name, limits)
+
+
+def race_from_data(data: Any, source: str = "the file", limits: FileLimits = LIMITS) -> Race:
+    """A Race from parsed JSON: a race file, or a single run (RunTrace) file that becomes a one-method race."""
+    checker = _Checker(source, limits)
+    if not isinstance(data, dict):
+        raise RaceFileError(f"{source} is not a recorded run: it holds {_kind(data)}, not an object.")
+    if "format" not in data and "method" in data and "steps" in data:
+        trace = checker.trace(data, "the run", None)
+        return Race(traces={trace.method: trace}, title=trace.prompt[:60])
+    if data.get("format") != RACE_FORMAT:
+        raise RaceFileError(f"{source} is not a DDD Explorer recorded run (its format is "
+                            f"{excerpt(data.get('format'))}, expected {RACE_FORMAT!r}).")
+    if data.get("version") != RACE_VERSION or isinstance(data.get("version"), bool):
+        raise RaceFileError(f"{source} is a recorded run of version {excerpt(data.get('version'))}; this app reads "
+                            f"version {RACE_VERSION}.")
+    checker.keys(data, RACE_FIELDS, {"format", "version", "traces"}, "the race")
+    title = checker.text(data.get("title", ""), "title", limits.label)
+    note = checker.text(data.get("note", ""), "note", limits.label)
+    raw = data["traces"]
+    if not isinstance(raw, dict) or not raw:
+        raise RaceFileError(f"{source} holds no runs (its 'traces' object is missing or empty).")
+    traces = {}
+    for method, trace_data in raw.items():
+        if method not in METHOD_LABELS:
+            raise RaceFileError(f"{source} has a run of unknown method {excerpt(method)}; known: "
+                                f"{', '.join(METHOD_LABELS)}.")
+        traces[method] = checker.trace(trace_data, f"traces.{method}", method)
+    return Race(traces=traces, title=title, note=note)
+
+
+def _kind(value: Any) -> str:
+    """What a JSON value is, as a message says it ("must be a number, not text")."""
+    if isinstance(value, bool):
+        return "true/false"
+    return {dict: "an object", list: "a list", str: "text", int: "a number", float: "a number"}.get(type(value), "null")
+
+
+class _Checker:
+    """Walks one file's data; every problem becomes a RaceFileError naming the file and the field."""
+
+    def __init__(self, source: str, limits: FileLimits):
+        self.source = source
+        self.limits = limits
+        self.nodes = 0
+
+    def fail(self, where: str, problem: str) -> RaceFileError:
+        return RaceFileError(f"{self.source}: {where} {problem}.")
+
+    # -- values --------------------------------------------------------------------------------
+
+    def obj(self, value: Any, where: str) -> dict:
+        if not isinstance(value, dict):
+            raise self.fail(where, f"must be an object, not {_kind(value)}")
+        return value
+
+    def items(self, value: Any, where: str, limit: int) -> list:
+        if not isinstance(value, list):
+            raise self.fail(where, f"must be a list, not {_kind(value)}")
+        if len(value) > limit:
+            raise self.fail(where, f"has {len(value)} entries; at most {limit} are allowed")
+        return value
+
+    def keys(self, data: dict, allowed: set[str], required: set[str], where: str) -> None:
+        missing = sorted(required - set(data))
+        if missing:
+            raise self.fail(where, f"lacks the field{'s' if len(missing) > 1 else ''} {', '.join(missing)}")
+        unknown = sorted(set(data) - allowed, key=str)
+        if unknown:
+            raise self.fail(where, f"has unexpected field{'s' if len(unknown) > 1 else ''} "
+                                   f"{', '.join(excerpt(k) for k in unknown[:5])}")
+
+    def integer(self, value: Any, where: str, low: int, high: int) -> int:
+        if isinstance(value, bool) or not isinstance(value, int):
+            raise self.fail(where, f"must be a whole number, not {_kind(value)}")
+        if not low <= value <= high:
+            raise self.fail(where, f"is {excerpt(value)}, outside {low}..{high}")
+        return value
+
+    def number(self, value: Any, where: str, low: float, high: float, log: bool = False) -> float:
+        """A finite number in [low, high]; `log` values (log-probabilities) may also be -Infinity."""
+        if isinstance(value, bool) or not isinstance(value, (int, float)):
+            raise self.fail(where, f"must be a number, not {_kind(value)}")
+        if math.isnan(value) or (math.isinf(value) and not (log and value < 0)):
+            raise self.fail(where, f"is {value}, not a finite number")
+        if not low <= value <= high:
+            raise self.fail(where, f"is {excerpt(value)}, outside {low:g}..{high:g}")
+        return float(value)
+
+    def flag(self, value: Any, where: str) -> bool:
+        if not isinstance(value, bool):
+            raise self.fail(where, f"must be true or false, not {_kind(value)}")
+        return value
+
+    def text(self, value: Any, where: str, limit: int, optional: bool = False) -> str | None:
+        if value is None and optional:
+            return None
+        if not isinstance(value, str):
+            raise self.fail(where, f"must be text, not {_kind(value)}")
+        if len(value) > limit:
+            raise self.fail(where, f"is {len(value)} characters long; at most {limit} are allowed")
+        try:
+            value.encode("utf-8")
+        except UnicodeEncodeError as err:  # a lone surrogate ("\ud800") parses as JSON but is not text
+            raise self.fail(where, f"holds an invalid character (a lone surrogate at position {err.start})") from err
+        return value
+
+    # -- records -------------------------------------------------------------------------------
+
+    def trace(self, data: Any, where: str, method: str | None) -> RunTrace:
+        data = self.obj(data, where)
+        version = data.get("schema_version")
+        if version != SCHEMA_VERSION or isinstance(version, bool):
+            raise self.fail(where, f"has trace schema version {excerpt(version)}; this app reads version "
+                                   f"{SCHEMA_VERSION}")
+        self.keys(data, TRACE_FIELDS, TRACE_REQUIRED, where)
+        if data["method"] not in METHOD_LABELS:
+            raise self.fail(f"{where}.method", f"is {excerpt(data['method'])}, not one of {', '.join(METHOD_LABELS)}")
+        if method is not None and data["method"] != method:
+            raise self.fail(f"{where}.method", f"is {excerpt(data['method'])} but the run is filed under {method!r}")
+        lim = self.limits
+        self.settings(data["settings"], f"{where}.settings", data["method"])
+        self.sampling(data["sampling"], f"{where}.sampling")
+        for name in ("model", "stop_reason", "device"):
+            self.text(data.get(name, ""), f"{where}.{name}", lim.label)
+        self.text(data["head"], f"{where}.head", lim.label, optional=True)
+        for name in ("prompt", "text"):
+            self.text(data.get(name, ""), f"{where}.{name}", lim.long_text)
+        self.integer(data["prompt_tokens"], f"{where}.prompt_tokens", 0, 10**7)
+        if data.get("precision", "float32") not in PRECISIONS:
+            raise self.fail(f"{where}.precision", f"is {excerpt(data.get('precision'))}, not one of "
+                                                  f"{', '.join(PRECISIONS)}")
+        self.summary(data.get("summary", {}), f"{where}.summary")
+        steps = self.items(data.get("steps"), f"{where}.steps", lim.steps)
+        if not steps:
+            raise self.fail(f"{where}.steps", "is empty: a recorded run has at least its prefill step")
+        for position, step in enumerate(steps):
+            self.step(step, f"{where}.steps[{position}]", position)
+        return RunTrace.from_dict(data)
+
+    def settings(self, data: Any, where: str, method: str) -> None:
+        data = self.obj(data, where)
+        cls = SETTINGS_CLASSES[method]
+        defaults = cls()
+        self.keys(data, {f.name for f in fields(cls)}, set(), where)
+        for name, value in data.items():
+            default = getattr(defaults, name)
+            if name == "check_steps":
+                if value != "all":
+                    for i, call in enumerate(self.items(value, f"{where}.check_steps", 64)):
+                        self.integer(call, f"{where}.check_steps[{i}]", 1, 64)
+            elif name == "tree":
+                for i, path in enumerate(self.items(value, f"{where}.tree", 1024)):
+                    for j, rank in enumerate(self.items(path, f"{where}.tree[{i}]", 64)):
+                        self.integer(rank, f"{where}.tree[{i}][{j}]", 0, BIG_INT)
+            elif isinstance(default, float):
+                self.number(value, f"{where}.{name}", -1e6, 1e6)
+            else:
+                self.integer(value, f"{where}.{name}", 1, BIG_INT)
+        try:
+            method_settings(method, **data).validate(BIG_INT)
+        except SettingsError as err:
+            raise self.fail(where, f"are impossible: {err}") from err
+
+    def sampling(self, data: Any, where: str) -> None:
+        data = self.obj(data, where)
+        self.keys(data, {f.name for f in fields(Sampling)}, set(), where)
+        for name in ("temperature", "top_p"):
+            if name in data:
+                self.number(data[name], f"{where}.{name}", 0, 10)
+        if "top_k" in data:
+            self.integer(data["top_k"], f"{where}.top_k", 0, BIG_INT)
+        if "seed" in data:
+            self.integer(data["seed"], f"{where}.seed", -(2**63), 2**64 - 1)
+        try:
+            Sampling(**data).validate()
+        except SettingsError as err:
+            raise self.fail(where, f"is impossible: {err}") from err
+
+    def summary(self, data: Any, where: str) -> None:
+        data = self.obj(data, where)
+        if not data:  # a run stopped midway has none: the views recompute it from the steps
+            return
+        self.keys(data, SUMMARY_KEYS, SUMMARY_KEYS, where)
+        for name, value in data.items():
+            self.number(value, f"{where}.{name}", 0, 1e12)
+
+    def step(self, data: Any, where: str, position: int) -> None:
+        data = self.obj(data, where)
+        lim = self.limits
+        self.keys(data, STEP_FIELDS, {"index", "token_ids", "text", "accepted"}, where)
+        self.integer(data["index"], f"{where}.index", position, position)
+        for i, token in enumerate(self.items(data["token_ids"], f"{where}.token_ids", lim.list_items)):
+            self.integer(token, f"{where}.token_ids[{i}]", 0, BIG_INT)
+        self.text(data["text"], f"{where}.text", lim.step_text)
+        for name in ("draft_ms", "verify_ms", "other_ms"):
+            self.number(data.get(name, 0.0), f"{where}.{name}", 0, MAX_MS)
+        self.flag(data.get("prefill", False), f"{where}.prefill")
+        for i, value in enumerate(self.items(data.get("confidence", []), f"{where}.confidence", lim.list_items)):
+            self.number(value, f"{where}.confidence[{i}]", -math.inf, 1e-3, log=True)
+        for i, check in enumerate(self.items(data.get("checks", []), f"{where}.checks", lim.list_items)):
+            check = self.obj(check, f"{where}.checks[{i}]")
+            self.keys(check, CHECK_FIELDS, CHECK_FIELDS, f"{where}.checks[{i}]")
+            self.integer(check["call"], f"{where}.checks[{i}].call", 1, lim.list_items)
+            self.number(check["confidence"], f"{where}.checks[{i}].confidence", -math.inf, 1e-3, log=True)
+            self.flag(check["stop"], f"{where}.checks[{i}].stop")
+        for name in ("draft_calls", "max_draft_calls"):
+            self.integer(data.get(name, 0), f"{where}.{name}", 0, lim.list_items)
+        self.integer(data.get("verified", 0), f"{where}.verified", 0, lim.nodes_per_step)
+        bonus = data.get("bonus_id")
+        if bonus is not None:
+            self.integer(bonus, f"{where}.bonus_id", 0, BIG_INT)
+        self.text(data.get("bonus_text", ""), f"{where}.bonus_text", lim.token_text)
+        pool = self.items(data.get("pool", []), f"{where}.pool", lim.nodes_per_step)
+        self.nodes += len(pool)
+        if self.nodes > lim.nodes:
+            raise self.fail(where, f"brings the file past {lim.nodes} draft nodes in all")
+        parents = self.tree(pool, f"{where}.pool")
+        path = self.items(data.get("accepted_path", []), f"{where}.accepted_path", lim.list_items)
+        accepted = self.integer(data["accepted"], f"{where}.accepted", 0, len(data["token_ids"]))
+        if not pool:
+            if path:
+                raise self.fail(f"{where}.accepted_path", "lists nodes but the step has no draft pool")
+            return
+        for i, index in enumerate(path):
+            self.integer(index, f"{where}.accepted_path[{i}]", 0, BIG_INT)
+            if index not in parents:
+                raise self.fail(f"{where}.accepted_path[{i}]", f"is {index}, not a node of the pool")
+            expected = path[i - 1] if i else -1
+            if parents[index] != expected:
+                raise self.fail(f"{where}.accepted_path", "is not a path from the root down the tree")
+        if accepted > max(len(path) - 1, 0):
+            raise self.fail(f"{where}.accepted", f"is {accepted} but the accepted path holds only "
+                                                 f"{max(len(path) - 1, 0)} draft tokens")
+
+    def tree(self, pool: list, where: str) -> dict[int, int]:
+        """Checks that the pool is a tree listed parents first (so no node is its own ancestor: the layout
+        walks parent links and would never end on a cycle); returns each node's parent."""
+        parents: dict[int, int] = {}
+        depths: dict[int, int] = {}
+        lim = self.limits
+        for position, node in enumerate(pool):
+            at = f"{where}[{position}]"
+            node = self.obj(node, at)
+            self.keys(node, NODE_FIELDS, NODE_FIELDS, at)
+            index = self.integer(node["index"], f"{at}.index", 0, BIG_INT)
+            parent = self.integer(node["parent"], f"{at}.parent", -1, BIG_INT)
+            depth = self.integer(node["depth"], f"{at}.depth", 0, lim.list_items)
+            if index in parents:
+                raise self.fail(f"{at}.index", f"repeats node {index}: every node of a pool needs its own index")
+            if position == 0:
+                if parent != -1 or node["status"] != "root" or depth != 0:
+                    raise self.fail(at, "must be the root (status 'root', parent -1, depth 0)")
+            elif parent not in parents:
+                problem = "is the node itself" if parent == index else (
+                    "comes later in the pool" if any(n.get("index") == parent for n in pool if isinstance(n, dict))
+                    else "is not in the pool")
+                raise self.fail(f"{at}.parent", f"{parent} {problem}: the pool must be a tree with every parent "
+                                                f"listed before its children")
+            elif depth != depths[parent] + 1:
+                raise self.fail(f"{at}.depth", f"is {depth} but its parent's is {depths[parent]}")
+            if position and node["status"] == "root":
+                raise self.fail(f"{at}.status", "is 'root' but only the first node is the root")
+            if node["status"] not in STATUSES:
+                raise self.fail(f"{at}.status", f"is {excerpt(node['status'])}, not one of {', '.join(STATUSES)}")
+            self.integer(node["token_id"], f"{at}.token_id", 0, BIG_INT)
+            self.text(node["text"], f"{at}.text", lim.token_text)
+            self.number(node["logprob"], f"{at}.logprob", -math.inf, 1e-3, log=True)
+            self.number(node["score"], f"{at}.score", -math.inf, 1e-3, log=True)
+            self.integer(node["rank"], f"{at}.rank", 0, BIG_INT)
+            self.flag(node["in_beam"], f"{at}.in_beam")
+            parents[index] = parent
+            depths[index] = depth
+        return parents
