@@ -59,7 +59,7 @@ def outputs(head):
 
 def test_the_head_step_is_the_eagle3_layer(llama):
     head = new_eagle3_head(llama, layers=LAYERS, seed=3)
-    with torch.no_grad():  # norms and biases start at 1 and 0: give them values that show a wrong order
+    with torch.no_grad():  # norms start at 1: give them values that show a norm applied in the wrong place
         for name, param in head.named_parameters():
             if "norm" in name:
                 param.uniform_(0.5, 1.5)
