@@ -20,10 +20,12 @@ import gradio as gr
 
 from components import Race, RaceFileError
 from components.answer import LEGEND, answer_html, counters_html
-from components.race import METHOD_LABELS, RACE_METHODS
+from components.race import RACE_METHODS
 from components.replay import frame_times, steps_done
+from components.verdict import headline_html
 from components.views import CSS, column_views, race_views, step_view
 from ddd.models import DEFAULT_MODEL
+from ddd.race import Entry, run_race, start_race
 from ddd.settings import PRECISIONS, SettingsError
 
 try:  # On Hugging Face ZeroGPU Spaces the decoding runs inside spaces.GPU; elsewhere it is a plain call.
@@ -77,6 +79,10 @@ PRECISION_INFO = ("int8 (CPU only): verifying a tree costs least, so speculative
 # the fastest predicted settings; both methods then verify the same number of tokens.
 MEASURED = "measure this machine"
 PRESET_NAMES = [*PRESETS, MEASURED]
+INTRO = """# DDD Explorer
+**What you are seeing:** one model answers your prompt three ways. Plain decoding makes one token per forward pass.
+**EAGLE-2** drafts a tree of guesses with a small head and lets the model check them all in one pass; **DDD** does the same
+but chooses how deep to draft from the draft's own confidence. The headline says who was faster and whether it was more than noise."""
 TREE_MODES = {"verified + best dropped": "shown", "verified only": "verified", "whole candidate pool": "all"}
 
 
@@ -142,10 +148,12 @@ class Models:
             precision = precision or (self.target.precision if self.target else self.default_precision())
             if self.target is None or self.target.precision != precision:
                 from ddd import load_target, resolve_head
+                from ddd.race import warm_up
 
                 self.target = self.head = None  # the old pair's memory goes before the new one loads
                 target = load_target(self.config.model, dtype=precision, device=self.device())
                 head, note = resolve_head(self.config.head, target)
+                warm_up(target, head)
                 self.note = ""
                 if note:
                     self.note = (note + " A random head drafts almost nothing the target accepts (tau ≈ 1), so "
@@ -266,7 +274,7 @@ def show_race(session: Session, shade: bool, mode: str, message: str = "", kind:
         *views["columns"],
         gr.update(minimum=0, maximum=max(count - 1, 0), value=start, step=1, interactive=count > 1),
         step.eagle2_text, step.ddd_text, step.eagle2_tree, step.ddd_tree, step.narration, step.depth,
-        views["timeline"], views["summary"], views["about"], views["info"],
+        views["timeline"], views["summary"], views["about"], views["info"], views["headline"],
         gr.update(value=session.export(), interactive=race is not None),
         _message(message, kind),
         session,
@@ -392,13 +400,14 @@ def measured_preset(precision: str | None = None) -> dict | None:
 PRESET_FIELDS = ["e_top_k", "e_calls", "e_total", "d_calls", "d_checks", "d_threshold"]
 
 
-def method_settings_from(e_top_k, e_calls, e_total, d_calls, d_checks, d_threshold) -> dict[str, dict[str, Any]]:
+def race_entries(e_top_k, e_calls, e_total, d_calls, d_checks, d_threshold) -> dict[str, Entry]:
+    """The three columns of a race from the panel's tree settings (both trees verify the same number of tokens)."""
     checks = str(d_checks or "").strip() or "5,7,9"
     return {
-        "plain": {},
-        "eagle2": dict(top_k=int(e_top_k), draft_calls=int(e_calls), total_tokens=int(e_total)),
-        "ddd": dict(top_k=int(e_top_k), max_draft_calls=int(d_calls), check_steps=checks,
-                    threshold=float(d_threshold), total_tokens=int(e_total)),
+        "plain": Entry("plain"),
+        "eagle2": Entry("eagle2", dict(top_k=int(e_top_k), draft_calls=int(e_calls), total_tokens=int(e_total))),
+        "ddd": Entry("ddd", dict(top_k=int(e_top_k), max_draft_calls=int(d_calls), check_steps=checks,
+                                 threshold=float(d_threshold), total_tokens=int(e_total))),
     }
 
 
@@ -442,59 +451,58 @@ def _live_error(session: Session, text: str) -> tuple:
 
 def _race(prompt, max_new_tokens, temperature, top_p, seed, precision, e_top_k, e_calls, e_total, d_calls,
           d_checks, d_threshold, shade, mode, session):
-    from ddd import HeadLoadError, ModelLoadError, PromptError, Sampling, generate
+    from ddd import HeadLoadError, ModelLoadError, PromptError, Sampling
 
     columns = [answer_html(None, placeholder="waiting for its turn…") for _ in RACE_METHODS]
     counts = [counters_html(m, [], "waiting") for m in RACE_METHODS]
     precision = precision or MODELS.default_precision()
     if not MODELS.loaded or MODELS.target.precision != precision:
-        yield _live(columns, counts, f"Loading the model in {precision}…", session)
+        yield _live(columns, counts, f"Loading the model in {precision} (and warming it up)…", session)
     try:
         target, head = MODELS.load(precision)
     except (ModelLoadError, HeadLoadError) as err:
         gr.Warning(str(err))
         yield _live_error(session, f"Could not load the model: {err}")
         return
-    settings = method_settings_from(e_top_k, e_calls, e_total, d_calls, d_checks, d_threshold)
-    runs = {}
-    try:  # create all three first: a bad setting or prompt is reported before anything runs
-        for method in RACE_METHODS:
-            sampling = Sampling(temperature=float(temperature), top_p=float(top_p), seed=int(seed))
-            runs[method] = generate(target, None if method == "plain" else head, prompt, method,
-                                    max_new_tokens=int(max_new_tokens), sampling=sampling, **settings[method])
+    try:
+        race = start_race(target, head, prompt, race_entries(e_top_k, e_calls, e_total, d_calls, d_checks, d_threshold),
+                          max_new_tokens=int(max_new_tokens),
+                          sampling=Sampling(temperature=float(temperature), top_p=float(top_p), seed=int(seed)))
     except (SettingsError, PromptError, ValueError) as err:
         gr.Warning(str(err))
         yield _live_error(session, str(err))
         return
     note = MODELS.note
+    status = "Racing: each method takes one target forward in turn, so a busy machine slows all three alike…"
+    steps: dict[str, list] = {m: [] for m in RACE_METHODS}
+    last = 0.0
     with MODELS.lock:
-        for position, method in enumerate(RACE_METHODS):
-            run = runs[method]
-            if session.stop_requested:
-                counts[position] = counters_html(method, [], "skipped (stopped)")
-                continue
-            session.generation = run
-            label = METHOD_LABELS[method]
-            last = 0.0
-            steps = []
-            for step in run:
-                steps.append(step)
-                now = time.perf_counter()
-                if now - last >= STREAM_EVERY_S:
-                    last = now
-                    columns[position] = answer_html(run.trace, shade=shade, cursor=True)
-                    counts[position] = counters_html(method, steps, "running")
-                    yield _live(columns, counts, f"{label} is running ({position + 1} of 3)…", session)
-            session.generation = None
-            columns[position] = answer_html(run.trace, shade=shade)
-            counts[position] = counters_html(method, steps, f"done: {run.trace.stop_reason}")
-            yield _live(columns, counts, f"{label} done.", session)
-    traces = {m: runs[m].trace for m in RACE_METHODS if runs[m].trace.steps}
+        session.generation = race
+        for turn in race:
+            steps[turn.name].append(turn.step)
+            now = time.perf_counter()
+            if now - last >= STREAM_EVERY_S:
+                last = now
+                columns, counts = _race_columns(race, steps, shade)
+                yield _live(columns, counts, status, session)
+        session.generation = None
+    traces = race.traces
     session.race, session.source = Race(traces=traces, note=note), None
     session.fresh = not session.stop_requested and len(traces) == len(RACE_METHODS)
     stopped = "Stopped. " if session.stop_requested else ""
     message = stopped + (note or "")
     yield show_race(session, shade, mode, message, "note")
+
+
+def _race_columns(race, steps: dict[str, list], shade: bool) -> tuple[list[str], list[str]]:
+    """The three columns and their counters while the race runs."""
+    columns, counts = [], []
+    for method in RACE_METHODS:
+        trace = race.runs[method].trace
+        done = bool(trace.stop_reason)
+        columns.append(answer_html(trace, shade=shade, cursor=not done))
+        counts.append(counters_html(method, steps[method], f"done: {trace.stop_reason}" if done else "running"))
+    return columns, counts
 
 
 def replay(shade: bool, speed: str, session: Session):
@@ -550,7 +558,7 @@ def _replay_frames(race: Race, shade: bool, factor: float, session: Session):
 RACE_OUTPUT_NAMES = [
     "ans_plain", "ans_eagle2", "ans_ddd", "cnt_plain", "cnt_eagle2", "cnt_ddd", "slider",
     "txt_eagle2", "txt_ddd", "tree_eagle2", "tree_ddd", "narration", "depth", "timeline", "summary", "about",
-    "info", "download", "message", "session",
+    "info", "headline", "download", "message", "session",
 ]
 STEP_OUTPUT_NAMES = ["txt_eagle2", "txt_ddd", "tree_eagle2", "tree_ddd", "narration", "depth"]
 SETTINGS_NAMES = ["max_new_tokens", "temperature", "top_p", "seed", "precision", "e_top_k", "e_calls", "e_total",
@@ -563,9 +571,7 @@ def build_demo() -> gr.Blocks:
     with gr.Blocks(title="DDD Explorer") as demo:
         ui["session"] = gr.State(new_session, delete_callback=close_session)
         ui["playing"] = gr.State(False)
-        gr.Markdown("# DDD Explorer\nPlain decoding, **EAGLE-2** and **Dynamic Depth Decoding** race on the same model. "
-                    "Watch each answer stream, then step through the draft trees to see how deep each method drafted "
-                    "and what the target accepted.")
+        gr.Markdown(INTRO, elem_id="intro")
         with gr.Row(equal_height=False):
             with gr.Column(scale=3):
                 ui["prompt"] = gr.Textbox(label="Prompt", lines=3, max_lines=8, elem_id="prompt",
@@ -611,6 +617,7 @@ def build_demo() -> gr.Blocks:
                 ui["mode"] = gr.Radio(list(TREE_MODES), value=next(iter(TREE_MODES)), label="tree nodes shown")
                 ui["speed"] = gr.Radio(["0.5×", "1×", "2×", "4×"], value="1×", label="replay speed")
         ui["message"] = gr.HTML(visible=False, elem_id="message")
+        ui["headline"] = gr.HTML(headline_html({}), elem_id="headline")
         with gr.Row(equal_height=False):
             for method in RACE_METHODS:
                 with gr.Column(min_width=260):
@@ -638,10 +645,8 @@ def build_demo() -> gr.Blocks:
                         ui["tree_ddd"] = gr.Plot(label="DDD draft tree", elem_id="tree-ddd")
                 ui["narration"] = gr.Markdown(elem_id="narration")
                 ui["depth"] = gr.Plot(label="Depth & confidence", elem_id="depth")
-            with gr.Tab("Timeline & summary", id="timeline"):
-                ui["summary"] = gr.Dataframe(label="Summary", interactive=False, elem_id="summary",
-                                             column_widths=["9%", "7%", "7%", "8%", "10%", "6%", "9%", "9%", "9%",
-                                                            "9%", "9%", "8%"])
+            with gr.Tab("Summary", id="timeline"):
+                ui["summary"] = gr.Dataframe(label="Summary", interactive=False, elem_id="summary", wrap=True)
                 ui["timeline"] = gr.Plot(label="Timeline", elem_id="timeline")
             with gr.Tab("About", id="about"):
                 ui["about"] = gr.Markdown()
@@ -687,20 +692,12 @@ def build_demo() -> gr.Blocks:
     return demo
 
 
-def record_race(prompt: str, title: str, max_new_tokens: int = 96, settings: dict | None = None) -> Race:
-    """Decode `prompt` with the three methods one after another and keep the traces (no UI involved)."""
-    from ddd import generate
-
+def record_race(prompt: str, title: str, max_new_tokens: int = 96, entries: dict[str, Entry] | None = None) -> Race:
+    """Race `prompt` as the app does, without the page, and keep the traces."""
     target, head = MODELS.load()
-    settings = settings or method_settings_from(**PRESETS[PRESET_NAMES[1]])
-    traces = {}
+    entries = entries or race_entries(**PRESETS[PRESET_NAMES[1]])
     with MODELS.lock:
-        for method in RACE_METHODS:
-            run = generate(target, None if method == "plain" else head, prompt, method,
-                           max_new_tokens=max_new_tokens, **settings[method])
-            for _ in run:
-                pass
-            traces[method] = run.trace
+        traces = run_race(target, head, prompt, entries, max_new_tokens=max_new_tokens)
     return Race(traces=traces, title=title, note=MODELS.note)
 
 

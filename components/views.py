@@ -16,6 +16,7 @@ from .narration import narrate
 from .race import METHOD_LABELS, RACE_METHODS, Race
 from .tokens import escape
 from .tree import tree_figure
+from .verdict import headline_html
 
 CSS = """
 .answer { white-space: pre-wrap; font-family: ui-monospace, SFMono-Regular, Menlo, monospace; font-size: 13px;
@@ -128,6 +129,7 @@ def race_views(race: Race | None, shade: bool = True) -> dict[str, Any]:
         "summary": summary_table(race),
         "about": about_markdown(race),
         "info": race_info(race),
+        "headline": headline_html(race.traces if race else {}),
         "steps": step_count(race),
     }
 
