@@ -23,7 +23,7 @@ from components.answer import LEGEND, answer_html, counters_html
 from components.race import RACE_METHODS
 from components.replay import frame_times, steps_done
 from components.verdict import headline_html
-from components.views import CSS, column_views, race_views, step_view
+from components.views import CSS, column_views, race_views, source_name, step_view
 from ddd.models import DEFAULT_MODEL
 from ddd.race import Entry, run_race, start_race
 from ddd.settings import PRECISIONS, SettingsError
@@ -162,9 +162,9 @@ class Models:
         return self.target, self.head
 
     def describe(self) -> str:
-        model = self.config.model or "smollm2-135m-instruct (embedded default)"
+        model = source_name(self.config.model) if self.config.model else "smollm2-135m-instruct (embedded default)"
         source = self.config.head_source()
-        head = source if source else "random (untrained)"
+        head = source_name(source) if source else "random (untrained)"
         state = f"loaded in {self.target.precision}" if self.loaded else "loads on the first Run"
         text = f"**Model:** {model} · **draft head:** {head} · *{state}*"
         if source is None:
