@@ -25,7 +25,7 @@ from components.replay import frame_times, steps_done
 from components.verdict import headline_html
 from components.views import CSS, column_views, race_views, source_name, step_view
 from ddd.models import DEFAULT_MODEL
-from ddd.race import Entry, run_race, start_race
+from ddd.race import Entry, race_to_end, start_race
 from ddd.settings import PRECISIONS, SettingsError
 
 try:  # On Hugging Face ZeroGPU Spaces the decoding runs inside spaces.GPU; elsewhere it is a plain call.
@@ -697,7 +697,7 @@ def record_race(prompt: str, title: str, max_new_tokens: int = 96, entries: dict
     target, head = MODELS.load()
     entries = entries or race_entries(**PRESETS[PRESET_NAMES[1]])
     with MODELS.lock:
-        traces = run_race(target, head, prompt, entries, max_new_tokens=max_new_tokens)
+        traces = race_to_end(target, head, prompt, entries, max_new_tokens=max_new_tokens)
     return Race(traces=traces, title=title, note=MODELS.note)
 
 

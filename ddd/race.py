@@ -86,7 +86,7 @@ def start_race(target: Target, head: EagleHead | None, prompt: str, entries: Map
     return RoundRobin(runs)
 
 
-def run_race(target: Target, head: EagleHead | None, prompt: str, entries: Mapping[str, Entry], *,
+def race_to_end(target: Target, head: EagleHead | None, prompt: str, entries: Mapping[str, Entry], *,
              max_new_tokens: int, sampling: Sampling | None = None) -> dict[str, RunTrace]:
     """A whole race without watching it: the traces by entry name."""
     race = start_race(target, head, prompt, entries, max_new_tokens=max_new_tokens, sampling=sampling)
@@ -102,4 +102,4 @@ def warm_up(target: Target, head: EagleHead | None) -> None:
     entries = {"plain": Entry("plain")}
     if head is not None:
         entries["ddd"] = Entry("ddd", dict(top_k=4, max_draft_calls=3, check_steps="all", total_tokens=8))
-    run_race(target, head, WARM_UP_PROMPT, entries, max_new_tokens=4)
+    race_to_end(target, head, WARM_UP_PROMPT, entries, max_new_tokens=4)

@@ -14,7 +14,7 @@ import pytest
 import app
 from components import Race
 from ddd import save_head
-from ddd.race import run_race
+from ddd.race import race_to_end
 
 ROOT = Path(__file__).resolve().parents[1]
 TREE_MODE = next(iter(app.TREE_MODES))
@@ -242,7 +242,7 @@ class AppServer:
 
 def tiny_race(target, head, prompt: str = "one two three") -> Race:
     entries = app.race_entries(4, 4, 20, 8, "3,5,7", -0.3)
-    return Race(traces=run_race(target, head, prompt, entries, max_new_tokens=32), title="tiny example")
+    return Race(traces=race_to_end(target, head, prompt, entries, max_new_tokens=32), title="tiny example")
 
 
 @pytest.fixture(scope="module")

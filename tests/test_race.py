@@ -8,7 +8,7 @@ import pytest
 
 from components.verdict import verdict
 from ddd import resolve_head
-from ddd.race import Entry, RoundRobin, run_race, start_race, warm_up
+from ddd.race import Entry, race_to_end, start_race, warm_up
 from ddd.trace import RunTrace, Step, summarize
 
 SMALL_TREE = dict(top_k=4, draft_calls=3, total_tokens=12)
@@ -43,10 +43,10 @@ def test_stop_ends_every_run_after_its_current_step(llama, llama_head):
     assert all(len(t.steps) <= 4 for t in race.traces.values())
 
 
-def test_warm_up_and_run_race(llama, llama_head):
+def test_warm_up_and_race_to_end(llama, llama_head):
     warm_up(llama, llama_head)
     warm_up(llama, None)
-    traces = run_race(llama, llama_head, "the cat sat", {"plain": Entry("plain")}, max_new_tokens=8)
+    traces = race_to_end(llama, llama_head, "the cat sat", {"plain": Entry("plain")}, max_new_tokens=8)
     assert list(traces) == ["plain"] and traces["plain"].summary["new_tokens"] == 8
 
 
@@ -73,7 +73,7 @@ def test_identical_decoders_tie_even_with_a_cpu_hog_during_part_of_the_race(llam
 def test_a_really_slower_decoder_loses(llama):
     head, _ = resolve_head("random", llama)  # accepts almost nothing: a big tree is pure cost
     entries = {"plain": Entry("plain"), "eagle2": Entry("eagle2", dict(top_k=10, draft_calls=6, total_tokens=60))}
-    result = verdict(run_race(llama, head, "one two three", entries, max_new_tokens=32))
+    result = verdict(race_to_end(llama, head, "one two three", entries, max_new_tokens=32))
     assert result.leaders == ["plain"] and result.headline.startswith("Plain wins"), result.headline
     slow = result.standings[1]
     assert slow.speedup < 1 and slow.high < 1 and not slow.tie
