@@ -12,7 +12,7 @@ import shutil
 import tempfile
 import threading
 import time
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
@@ -22,7 +22,7 @@ from components import Race, RaceFileError
 from components.answer import LEGEND, answer_html, counters_html
 from components.race import RACE_METHODS
 from components.replay import frame_times, steps_done
-from components.verdict import headline_html
+from components.verdict import headline_html, verdict
 from components.views import CSS, column_views, race_views, source_name, step_view
 from ddd.models import DEFAULT_MODEL
 from ddd.race import Entry, race_to_end, start_race
@@ -48,18 +48,34 @@ STREAM_EVERY_S = 0.12
 EXAMPLE_PROMPTS = [
     "Write a Python function that checks whether a string is a palindrome.",
     "What is 17 * 24? Explain step by step.",
+    "Count from 1 to 20, separated by commas.",
     "Tell me a short story about a robot who learns to paint.",
     "Translate into French: The weather is lovely today and we are going to the beach.",
     "List three tips for staying focused while studying.",
 ]
-# The recorded examples shipped in assets/examples (python app.py --record-examples): file stem, title, prompt.
+
+
+@dataclass
+class ExampleRun:
+    """A recorded example shipped in assets/examples (python app.py --record-examples)."""
+
+    stem: str  # the file name
+    title: str
+    prompt: str
+    changes: dict[str, Any] = field(default_factory=dict)  # to the CPU preset's tree settings
+
+
 EXAMPLE_RUNS = [
-    ("code", "Code: a palindrome check", "Write a Python function that checks whether a string is a palindrome."),
-    ("maths", "Maths: step by step", "What is 17 * 24? Explain step by step."),
-    ("story", "A short story", "Tell me a short story about a robot who learns to paint."),
-    ("translation", "Translation into French",
-     "Translate into French: The weather is lovely today and we are going to the beach."),
-    ("tips", "Advice: a short list", "List three tips for staying focused while studying."),
+    ExampleRun("code", "Code: a palindrome check", EXAMPLE_PROMPTS[0]),
+    ExampleRun("maths", "Maths: step by step", EXAMPLE_PROMPTS[1]),
+    # At the preset's threshold (-0.3) this head's beam is never confident enough to draft past EAGLE-2's
+    # three levels; at -2 DDD drafts four or five levels where the counting is predictable and stops at two
+    # where it is not.
+    ExampleRun("counting", "Counting: DDD drafts deeper and shallower than EAGLE-2", EXAMPLE_PROMPTS[2],
+               dict(d_threshold=-2.0)),
+    ExampleRun("story", "A short story", EXAMPLE_PROMPTS[3]),
+    ExampleRun("translation", "Translation into French", EXAMPLE_PROMPTS[4]),
+    ExampleRun("tips", "Advice: a short list", EXAMPLE_PROMPTS[5]),
 ]
 # Setting presets (the six tree settings of the panel). The papers' values suit 7B targets on a GPU, where
 # verifying 60 tokens costs about what one token costs. On a CPU verification grows with the tree; the CPU
@@ -83,6 +99,8 @@ INTRO = """# DDD Explorer
 **What you are seeing:** one model answers your prompt three ways. Plain decoding makes one token per forward pass.
 **EAGLE-2** drafts a tree of guesses with a small head and lets the model check them all in one pass; **DDD** does the same
 but chooses how deep to draft from the draft's own confidence. The headline says who was faster and whether it was more than noise."""
+RACING = ("<div class='headline empty'>Racing: plain, EAGLE-2 and DDD take turns, one target forward each, so a "
+          "busy machine slows all three alike. The verdict comes at the end.</div>")
 TREE_MODES = {"verified + best dropped": "shown", "verified only": "verified", "whole candidate pool": "all"}
 
 
@@ -411,9 +429,16 @@ def race_entries(e_top_k, e_calls, e_total, d_calls, d_checks, d_threshold) -> d
     }
 
 
+def _race_outputs(session: Session, **values: Any) -> tuple:
+    """RACE_OUTPUT_NAMES in order: the given values, every other output left as it is."""
+    values["session"] = session
+    return tuple(values.get(name, gr.skip()) for name in RACE_OUTPUT_NAMES)
+
+
 def _live(columns: list[str], counts: list[str], status: str, session: Session) -> tuple:
-    """RUN_OUTPUTS while decoding: the three columns, their counters and the status line; the rest skipped."""
-    return (*columns, *counts, *[gr.skip()] * (len(RACE_OUTPUT_NAMES) - 8), _message(status, "note"), session)
+    """While decoding: the three columns, their counters, the status line, and no headline until the end."""
+    return _race_outputs(session, **dict(zip(RACE_OUTPUT_NAMES[:6], [*columns, *counts])),
+                         message=_message(status, "note"), headline=RACING)
 
 
 @on_gpu
@@ -446,7 +471,7 @@ def run_race(prompt: str, max_new_tokens: float, temperature: float, top_p: floa
 
 
 def _live_error(session: Session, text: str) -> tuple:
-    return (*[gr.skip()] * (len(RACE_OUTPUT_NAMES) - 2), _message(text, "error"), session)
+    return _race_outputs(session, message=_message(text, "error"))
 
 
 def _race(prompt, max_new_tokens, temperature, top_p, seed, precision, e_top_k, e_calls, e_total, d_calls,
@@ -710,15 +735,13 @@ def depth_contrast(race: Race) -> tuple[int, int]:
 
 def record_examples(directory: Path = EXAMPLES_DIR, max_new_tokens: int = 64) -> list[Path]:
     paths = []
-    for stem, title, prompt in EXAMPLE_RUNS:
-        race = record_race(prompt, title, max_new_tokens)
-        path = race.save(directory / f"{stem}.json", compact=True)
+    for example in EXAMPLE_RUNS:
+        entries = race_entries(**{**PRESETS[PRESET_NAMES[1]], **example.changes})
+        race = record_race(example.prompt, example.title, max_new_tokens, entries)
+        path = race.save(directory / f"{example.stem}.json", compact=True)
         fewer, more = depth_contrast(race)
-        s = {m: race.summary(m) for m in RACE_METHODS}
-        print(f"{path.name}: tau EAGLE-2 {s['eagle2']['tau']:.2f} DDD {s['ddd']['tau']:.2f}; tokens/s plain "
-              f"{s['plain']['tokens_per_s']:.1f} EAGLE-2 {s['eagle2']['tokens_per_s']:.1f} DDD "
-              f"{s['ddd']['tokens_per_s']:.1f}; DDD shallower in {fewer} steps, deeper in {more}; "
-              f"{path.stat().st_size / 1e6:.1f} MB", flush=True)
+        print(f"{path.name}: {verdict(race.traces).headline} DDD shallower than EAGLE-2 in {fewer} steps, deeper "
+              f"in {more}; {path.stat().st_size / 1e6:.1f} MB", flush=True)
         paths.append(path)
     return paths
 

@@ -146,6 +146,7 @@ def test_examples_load_without_a_model(monkeypatch):
         out = outputs(app.load_example(name, True, TREE_MODE, session))
         assert session.race is not None and session.race.methods
         assert out["tree_ddd"].data and out["timeline"].data
+        assert "× plain" in out["headline"] and "ms per token" in out["headline"]
     assert not models.loaded
 
 

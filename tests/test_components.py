@@ -473,3 +473,13 @@ def test_every_shipped_example_replays_without_a_model(path):
     assert race.methods == ["plain", "eagle2", "ddd"] and race.title
     assert render_everything(race) > 1
     assert race.traces["plain"].text == race.traces["ddd"].text or race.traces["ddd"].sampling.get("temperature")
+
+
+@pytest.mark.skipif(not EXAMPLES, reason="no recorded examples in assets/examples yet")
+def test_a_shipped_example_shows_ddd_drafting_deeper_than_eagle2():
+    deeper = 0
+    for path in EXAMPLES:
+        race = Race.load(path)
+        fixed = race.traces["eagle2"].settings["draft_calls"]
+        deeper += sum(s.draft_calls > fixed for s in race.traces["ddd"].steps if not s.prefill)
+    assert deeper > 0
