@@ -9,7 +9,7 @@ from ddd.trace import RunTrace
 
 from .plotting import figure, message_figure
 from .race import METHOD_LABELS, Race
-from .tokens import escape, visible
+from .tokens import plot_text, visible
 from .verdict import verdict
 
 METHOD_COLORS = {"plain": "#64748b", "eagle": "#0ea5e9", "eagle2": "#2563eb", "ddd": "#9333ea"}
@@ -128,7 +128,7 @@ def timeline_figure(race: Race | None, height: int = 420) -> go.Figure:
             marks["size"].append(5 + 2 * min(len(step.token_ids), 10))
             marks["color"].append(METHOD_COLORS[method])
             marks["text"].append(f"{label} step {step.index} ends at {clock:.2f} s: {len(step.token_ids)} token(s) "
-                                 + escape(visible(step.text)[:60]))
+                                 + plot_text(visible(step.text)[:60]))
     for phase, values in phases.items():
         data.append(dict(type="bar", meta=f"{phase}-steps", orientation="h", name=phase, legendgroup=phase,
                          marker=dict(color=PHASE_COLORS[phase], line=dict(width=0.3, color="white")),

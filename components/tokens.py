@@ -28,3 +28,9 @@ def quoted(text: str) -> str:
 
 def escape(text: str) -> str:
     return html.escape(text, quote=True)
+
+
+def plot_text(text: str) -> str:
+    """`text` for a plotly label or hover text: plotly draws a subset of HTML there (<b>, <br>, ...) and
+    decodes &lt; &gt; &amp; but not &quot;, so quotes are left as they are."""
+    return html.escape(text, quote=False)

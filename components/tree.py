@@ -11,7 +11,7 @@ from ddd.trace import RunTrace, Step
 
 from .plotting import figure, message_figure
 from .race import DROPPED_SHOWN, METHOD_LABELS, shown_nodes
-from .tokens import escape, visible
+from .tokens import plot_text, visible
 
 BONUS = "bonus"
 COLORS = {
@@ -104,11 +104,11 @@ def layout(graph: nx.DiGraph) -> dict[Any, tuple[float, float]]:
 
 def _label(text: str, limit: int) -> str:
     shown = visible(text)
-    return escape(shown if len(shown) <= limit else shown[: limit - 1] + "…")
+    return plot_text(shown if len(shown) <= limit else shown[: limit - 1] + "…")
 
 
 def _hover(data: dict[str, Any]) -> str:
-    token = escape(visible(data["text"]))
+    token = plot_text(visible(data["text"]))
     if data["status"] == "bonus":
         return (f"<b>{token}</b><br>token id {data['token_id']}<br>bonus token: chosen by the target itself"
                 "<br>after the last accepted draft token")

@@ -174,12 +174,13 @@ def test_tree_figure_eagle2_has_no_ghosts_and_handles_prefill_and_missing():
 
 def test_tree_labels_are_escaped_and_short_off_the_path():
     pool = small_pool()
-    pool[1].text, pool[3].text = "<b>", " a-very-long-token"
+    pool[1].text, pool[2].text, pool[3].text = "<b>", '"', " a-very-long-token"
     step = spec_step(pool=pool, text="<b> cat on")
     fig = tree_figure(step, make_trace("eagle2", [prefill(), step]), show="all")
     assert by_meta(fig, "accepted")[0].text[0] == "&lt;b&gt;"
     assert "&lt;b&gt;" in by_meta(fig, "accepted")[0].hovertext[0]
     assert by_meta(fig, "pruned")[0].text[0] == "␣a-ve…"
+    assert by_meta(fig, "rejected")[0].text[0] == '"'  # plotly does not decode &quot;: quotes stay quotes
 
 
 def big_step(top_k=10, calls=6, total=60) -> Step:
