@@ -49,7 +49,7 @@ CSS = """
 .headline.empty { font-size: 13px; color: #64748b; background: #f8fafc; border-left-color: #cbd5e1; }
 .headline .why { font-size: 12px; font-weight: normal; color: #475569; margin-top: 3px; }
 #summary th, #summary th * { white-space: normal !important; overflow: visible !important;
-  text-overflow: clip !important; }
+  text-overflow: clip !important; word-break: keep-all !important; }
 @media (max-width: 600px) {
   .tab-container button, [role="tab"] { padding-left: 8px !important; padding-right: 8px !important; }
 }
