@@ -178,7 +178,7 @@ def _why(standings: list[Standing]) -> str:
     for s in standings[1:]:
         parts.append(f"{s.label} {s.ms_per_token:.0f} ms per token (tau {s.tau:.2f}: {s.draft_ms_per_token:.0f} ms "
                      f"drafting and {s.verify_ms_per_token:.0f} ms verifying per token)")
-    prefill = " / ".join(f"{s.prefill_ms:.0f}" for s in standings)
+    prefill = ", ".join(f"{s.label} {s.prefill_ms:.0f}" for s in standings)
     return f"Why: {'; '.join(parts)}. Prefill, timed apart: {prefill} ms."
 
 

@@ -99,7 +99,7 @@ def test_verdict_on_known_times():
     ddd = faster.standings[1]
     assert faster.leaders == ["ddd"] and not ddd.tie and ddd.speedup == pytest.approx(2 / 1.2, rel=0.01)
     assert faster.headline.startswith("DDD wins: DDD 1.67× plain") and "tau 2.00" in faster.why
-    assert "50 / 50 ms" in faster.why  # the prefill, reported apart
+    assert "Prefill, timed apart: Plain 50, DDD 50 ms" in faster.why
     short = verdict({"plain": trace_of("plain", [10, 10]), "ddd": trace_of("ddd", [5, 5])})
     assert not short.decided and short.headline.startswith("Too short")
     assert verdict({"plain": trace_of("plain", noisy)}) is None
