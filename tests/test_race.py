@@ -103,3 +103,13 @@ def test_verdict_on_known_times():
     short = verdict({"plain": trace_of("plain", [10, 10]), "ddd": trace_of("ddd", [5, 5])})
     assert not short.decided and short.headline.startswith("Too short")
     assert verdict({"plain": trace_of("plain", noisy)}) is None
+
+
+def test_a_race_leaves_autograd_as_it_found_it(llama, llama_head):
+    import torch
+
+    race = start_race(llama, llama_head, "one two three", {"a": Entry("plain"), "b": Entry("eagle2", SMALL_TREE)},
+                      max_new_tokens=6)
+    for turn in race:
+        assert not torch.is_inference_mode_enabled()  # between steps the caller's own mode holds
+    assert not torch.is_inference_mode_enabled() and torch.is_grad_enabled()
