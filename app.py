@@ -10,7 +10,7 @@ import argparse
 import os
 import threading
 import time
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
@@ -20,13 +20,15 @@ from components import Race, RaceFileError
 from components.answer import LEGEND, answer_html, counters_html
 from components.exports import CACHE_CLEANUP, ExportStore
 from components.inputs import InputError, prompt_tokens, race_inputs, replay_speed, step_index
-from components.runfile import LIMITS
-from components.race import METHOD_LABELS, RACE_METHODS
+from components.race import RACE_METHODS
 from components.replay import frame_times, steps_done
+from components.runfile import LIMITS
 from components.tokens import escape
-from components.views import CSS, column_views, race_views, step_view
+from components.verdict import headline_html, verdict
+from components.views import CSS, column_views, race_views, source_name, step_view
 from components.widgets import CheckedNumber, CheckedSlider
 from ddd.models import DEFAULT_MODEL
+from ddd.race import Entry, race_to_end, start_race
 from ddd.settings import PRECISIONS, SettingsError
 
 try:  # On Hugging Face ZeroGPU Spaces the decoding runs inside spaces.GPU; elsewhere it is a plain call.
@@ -48,18 +50,34 @@ STREAM_EVERY_S = 0.12
 EXAMPLE_PROMPTS = [
     "Write a Python function that checks whether a string is a palindrome.",
     "What is 17 * 24? Explain step by step.",
+    "Count from 1 to 20, separated by commas.",
     "Tell me a short story about a robot who learns to paint.",
     "Translate into French: The weather is lovely today and we are going to the beach.",
     "List three tips for staying focused while studying.",
 ]
-# The recorded examples shipped in assets/examples (python app.py --record-examples): file stem, title, prompt.
+
+
+@dataclass
+class ExampleRun:
+    """A recorded example shipped in assets/examples (python app.py --record-examples)."""
+
+    stem: str  # the file name
+    title: str
+    prompt: str
+    changes: dict[str, Any] = field(default_factory=dict)  # to the CPU preset's tree settings
+
+
 EXAMPLE_RUNS = [
-    ("code", "Code: a palindrome check", "Write a Python function that checks whether a string is a palindrome."),
-    ("maths", "Maths: step by step", "What is 17 * 24? Explain step by step."),
-    ("story", "A short story", "Tell me a short story about a robot who learns to paint."),
-    ("translation", "Translation into French",
-     "Translate into French: The weather is lovely today and we are going to the beach."),
-    ("tips", "Advice: a short list", "List three tips for staying focused while studying."),
+    ExampleRun("code", "Code: a palindrome check", EXAMPLE_PROMPTS[0]),
+    ExampleRun("maths", "Maths: step by step", EXAMPLE_PROMPTS[1]),
+    # At the preset's threshold (-0.3) this head's beam is never confident enough to draft past EAGLE-2's
+    # three levels; at -2 DDD drafts four or five levels where the counting is predictable and stops at two
+    # where it is not.
+    ExampleRun("counting", "Counting: DDD drafts deeper and shallower than EAGLE-2", EXAMPLE_PROMPTS[2],
+               dict(d_threshold=-2.0)),
+    ExampleRun("story", "A short story", EXAMPLE_PROMPTS[3]),
+    ExampleRun("translation", "Translation into French", EXAMPLE_PROMPTS[4]),
+    ExampleRun("tips", "Advice: a short list", EXAMPLE_PROMPTS[5]),
 ]
 # Setting presets (the six tree settings of the panel). The papers' values suit 7B targets on a GPU, where
 # verifying 60 tokens costs about what one token costs. On a CPU verification grows with the tree; the CPU
@@ -79,6 +97,12 @@ PRECISION_INFO = ("int8 (CPU only): verifying a tree costs least, so speculative
 # the fastest predicted settings; both methods then verify the same number of tokens.
 MEASURED = "measure this machine"
 PRESET_NAMES = [*PRESETS, MEASURED]
+INTRO = """# DDD Explorer
+**What you are seeing:** one model answers your prompt three ways. Plain decoding makes one token per forward pass.
+**EAGLE-2** drafts a tree of guesses with a small head and lets the model check them all in one pass; **DDD** does the same
+but chooses how deep to draft from the draft's own confidence. The headline says who was faster and whether it was more than noise."""
+RACING = ("<div class='headline empty'>Racing: plain, EAGLE-2 and DDD take turns, one target forward each, so a "
+          "busy machine slows all three alike. The verdict comes at the end.</div>")
 TREE_MODES = {"verified + best dropped": "shown", "verified only": "verified", "whole candidate pool": "all"}
 
 
@@ -144,10 +168,12 @@ class Models:
             precision = precision or (self.target.precision if self.target else self.default_precision())
             if self.target is None or self.target.precision != precision:
                 from ddd import load_target, resolve_head
+                from ddd.race import warm_up
 
                 self.target = self.head = None  # the old pair's memory goes before the new one loads
                 target = load_target(self.config.model, dtype=precision, device=self.device())
                 head, note = resolve_head(self.config.head, target)
+                warm_up(target, head)
                 self.note = ""
                 if note:
                     self.note = (note + " A random head drafts almost nothing the target accepts (tau ≈ 1), so "
@@ -156,9 +182,9 @@ class Models:
         return self.target, self.head
 
     def describe(self) -> str:
-        model = self.config.model or "smollm2-135m-instruct (embedded default)"
+        model = source_name(self.config.model) if self.config.model else "smollm2-135m-instruct (embedded default)"
         source = self.config.head_source()
-        head = source if source else "random (untrained)"
+        head = source_name(source) if source else "random (untrained)"
         state = f"loaded in {self.target.precision}" if self.loaded else "loads on the first Run"
         text = f"**Model:** {model} · **draft head:** {head} · *{state}*"
         if source is None:
@@ -273,7 +299,7 @@ def show_race(session: Session, shade: bool, mode: str, message: str = "", kind:
         # Gradio refuses a slider whose minimum equals its maximum: a one-step race keeps 0..1, inactive.
         gr.update(minimum=0, maximum=max(count - 1, 1), value=start, step=1, interactive=count > 1),
         step.eagle2_text, step.ddd_text, step.eagle2_tree, step.ddd_tree, step.narration, step.depth,
-        views["timeline"], views["summary"], views["about"], views["info"],
+        views["timeline"], views["summary"], views["about"], views["info"], views["headline"],
         gr.update(value=session.export(), interactive=race is not None),
         _message(message, kind),
         session,
@@ -409,27 +435,35 @@ def measured_preset(precision: str | None = None) -> dict | None:
 PRESET_FIELDS = ["e_top_k", "e_calls", "e_total", "d_calls", "d_checks", "d_threshold"]
 
 
-def method_settings_from(e_top_k, e_calls, e_total, d_calls, d_checks, d_threshold) -> dict[str, dict[str, Any]]:
+def race_entries(e_top_k, e_calls, e_total, d_calls, d_checks, d_threshold) -> dict[str, Entry]:
+    """The three columns of a race from the panel's tree settings (both trees verify the same number of tokens)."""
     checks = str(d_checks).strip()
     return {
-        "plain": {},
-        "eagle2": dict(top_k=int(e_top_k), draft_calls=int(e_calls), total_tokens=int(e_total)),
-        "ddd": dict(top_k=int(e_top_k), max_draft_calls=int(d_calls), check_steps=checks,
-                    threshold=float(d_threshold), total_tokens=int(e_total)),
+        "plain": Entry("plain"),
+        "eagle2": Entry("eagle2", dict(top_k=int(e_top_k), draft_calls=int(e_calls), total_tokens=int(e_total))),
+        "ddd": Entry("ddd", dict(top_k=int(e_top_k), max_draft_calls=int(d_calls), check_steps=checks,
+                                 threshold=float(d_threshold), total_tokens=int(e_total))),
     }
 
 
+def _race_outputs(session: Session, **values: Any) -> tuple:
+    """RACE_OUTPUT_NAMES in order: the given values, every other output left as it is."""
+    values["session"] = session
+    return tuple(values.get(name, gr.skip()) for name in RACE_OUTPUT_NAMES)
+
+
 def _live(columns: list[str], counts: list[str], status: str, session: Session) -> tuple:
-    """RUN_OUTPUTS while decoding: the three columns, their counters and the status line; the rest skipped."""
-    return (*columns, *counts, *[gr.skip()] * (len(RACE_OUTPUT_NAMES) - 8), _message(status, "note"), session)
+    """While decoding: the three columns, their counters, the status line, and no headline until the end."""
+    return _race_outputs(session, **dict(zip(RACE_OUTPUT_NAMES[:6], [*columns, *counts])),
+                         message=_message(status, "note"), headline=RACING)
 
 
 @on_gpu
 def run_race(prompt: str, max_new_tokens: float, temperature: float, top_p: float, seed: float, precision: str,
              e_top_k: float, e_calls: float, e_total: float, d_calls: float, d_checks: str, d_threshold: float,
              shade: bool, mode: str, session: Session):
-    """Decode the prompt with plain, EAGLE-2 and DDD one after another (never concurrently, so each is timed
-    alone), streaming each into its column; then build every figure once from the finished traces."""
+    """Race plain, EAGLE-2 and DDD on the prompt, taking turns one target forward at a time (each step timed
+    on its own), streaming all three columns; then build every figure once from the finished traces."""
     session = session or Session()
     queued, session.queued = session.queued, False
     if queued and session.stop_requested:
@@ -457,18 +491,18 @@ def run_race(prompt: str, max_new_tokens: float, temperature: float, top_p: floa
 
 
 def _live_error(session: Session, text: str) -> tuple:
-    return (*[gr.skip()] * (len(RACE_OUTPUT_NAMES) - 2), _message(text, "error"), session)
+    return _race_outputs(session, message=_message(text, "error"))
 
 
 def _race(prompt, max_new_tokens, temperature, top_p, seed, precision, e_top_k, e_calls, e_total, d_calls,
           d_checks, d_threshold, shade, mode, session):
-    from ddd import HeadLoadError, ModelLoadError, PromptError, Sampling, generate
+    from ddd import HeadLoadError, ModelLoadError, PromptError, Sampling
 
     columns = [answer_html(None, placeholder="waiting for its turn…") for _ in RACE_METHODS]
     counts = [counters_html(m, [], "waiting") for m in RACE_METHODS]
     precision = precision or MODELS.default_precision()
     if not MODELS.loaded or MODELS.target.precision != precision:
-        yield _live(columns, counts, f"Loading the model in {precision}…", session)
+        yield _live(columns, counts, f"Loading the model in {precision} (and warming it up)…", session)
     try:
         target, head = MODELS.load(precision)
     except (ModelLoadError, HeadLoadError) as err:
@@ -484,41 +518,29 @@ def _race(prompt, max_new_tokens, temperature, top_p, seed, precision, e_top_k, 
         warn(str(err))
         yield _live_error(session, str(err))
         return
-    settings = method_settings_from(e_top_k, e_calls, e_total, d_calls, d_checks, d_threshold)
-    runs = {}
-    try:  # create all three first: a bad setting or prompt is reported before anything runs
-        for method in RACE_METHODS:
-            sampling = Sampling(temperature=float(temperature), top_p=float(top_p), seed=int(seed))
-            runs[method] = generate(target, None if method == "plain" else head, prompt, method,
-                                    max_new_tokens=int(max_new_tokens), sampling=sampling, **settings[method])
+    try:  # all three runs are made first: a bad setting or prompt is reported before anything runs
+        race = start_race(target, head, prompt, race_entries(e_top_k, e_calls, e_total, d_calls, d_checks, d_threshold),
+                          max_new_tokens=int(max_new_tokens),
+                          sampling=Sampling(temperature=float(temperature), top_p=float(top_p), seed=int(seed)))
     except (SettingsError, PromptError, ValueError) as err:
         warn(str(err))
         yield _live_error(session, str(err))
         return
     note = MODELS.note
+    status = "Racing: each method takes one target forward in turn, so a busy machine slows all three alike…"
+    steps: dict[str, list] = {m: [] for m in RACE_METHODS}
+    last = 0.0
     with MODELS.lock:
-        for position, method in enumerate(RACE_METHODS):
-            run = runs[method]
-            if session.stop_requested:
-                counts[position] = counters_html(method, [], "skipped (stopped)")
-                continue
-            session.generation = run
-            label = METHOD_LABELS[method]
-            last = 0.0
-            steps = []
-            for step in run:
-                steps.append(step)
-                now = time.perf_counter()
-                if now - last >= STREAM_EVERY_S:
-                    last = now
-                    columns[position] = answer_html(run.trace, shade=shade, cursor=True)
-                    counts[position] = counters_html(method, steps, "running")
-                    yield _live(columns, counts, f"{label} is running ({position + 1} of 3)…", session)
-            session.generation = None
-            columns[position] = answer_html(run.trace, shade=shade)
-            counts[position] = counters_html(method, steps, f"done: {run.trace.stop_reason}")
-            yield _live(columns, counts, f"{label} done.", session)
-    traces = {m: runs[m].trace for m in RACE_METHODS if runs[m].trace.steps}
+        session.generation = race
+        for turn in race:
+            steps[turn.name].append(turn.step)
+            now = time.perf_counter()
+            if now - last >= STREAM_EVERY_S:
+                last = now
+                columns, counts = _race_columns(race, steps, shade)
+                yield _live(columns, counts, status, session)
+        session.generation = None
+    traces = {method: trace for method, trace in race.traces.items() if trace.steps}
     if not traces:  # stopped before the first token: keep the race that was shown
         yield show_race(session, shade, mode, "Stopped before any method produced a token.", "note")
         return
@@ -527,6 +549,17 @@ def _race(prompt, max_new_tokens, temperature, top_p, seed, precision, e_top_k, 
     stopped = "Stopped. " if session.stop_requested else ""
     message = stopped + (note or "")
     yield show_race(session, shade, mode, message, "note")
+
+
+def _race_columns(race, steps: dict[str, list], shade: bool) -> tuple[list[str], list[str]]:
+    """The three columns and their counters while the race runs."""
+    columns, counts = [], []
+    for method in RACE_METHODS:
+        trace = race.runs[method].trace
+        done = bool(trace.stop_reason)
+        columns.append(answer_html(trace, shade=shade, cursor=not done))
+        counts.append(counters_html(method, steps[method], f"done: {trace.stop_reason}" if done else "running"))
+    return columns, counts
 
 
 def replay(shade: bool, speed: str, session: Session):
@@ -589,7 +622,7 @@ def _replay_frames(race: Race, shade: bool, factor: float, session: Session):
 RACE_OUTPUT_NAMES = [
     "ans_plain", "ans_eagle2", "ans_ddd", "cnt_plain", "cnt_eagle2", "cnt_ddd", "slider",
     "txt_eagle2", "txt_ddd", "tree_eagle2", "tree_ddd", "narration", "depth", "timeline", "summary", "about",
-    "info", "download", "message", "session",
+    "info", "headline", "download", "message", "session",
 ]
 STEP_OUTPUT_NAMES = ["txt_eagle2", "txt_ddd", "tree_eagle2", "tree_ddd", "narration", "depth"]
 SETTINGS_NAMES = ["max_new_tokens", "temperature", "top_p", "seed", "precision", "e_top_k", "e_calls", "e_total",
@@ -602,9 +635,7 @@ def build_demo() -> gr.Blocks:
     with gr.Blocks(title="DDD Explorer", delete_cache=CACHE_CLEANUP) as demo:
         ui["session"] = gr.State(new_session, delete_callback=close_session)
         ui["playing"] = gr.State(False)
-        gr.Markdown("# DDD Explorer\nPlain decoding, **EAGLE-2** and **Dynamic Depth Decoding** race on the same model. "
-                    "Watch each answer stream, then step through the draft trees to see how deep each method drafted "
-                    "and what the target accepted.")
+        gr.Markdown(INTRO, elem_id="intro")
         with gr.Row(equal_height=False):
             with gr.Column(scale=3):
                 ui["prompt"] = gr.Textbox(label="Prompt", lines=3, max_lines=8, elem_id="prompt",
@@ -650,6 +681,7 @@ def build_demo() -> gr.Blocks:
                 ui["mode"] = gr.Radio(list(TREE_MODES), value=next(iter(TREE_MODES)), label="tree nodes shown")
                 ui["speed"] = gr.Radio(["0.5×", "1×", "2×", "4×"], value="1×", label="replay speed")
         ui["message"] = gr.HTML(visible=False, elem_id="message")
+        ui["headline"] = gr.HTML(headline_html({}), elem_id="headline")
         with gr.Row(equal_height=False):
             for method in RACE_METHODS:
                 with gr.Column(min_width=260):
@@ -677,10 +709,8 @@ def build_demo() -> gr.Blocks:
                         ui["tree_ddd"] = gr.Plot(label="DDD draft tree", elem_id="tree-ddd")
                 ui["narration"] = gr.Markdown(elem_id="narration")
                 ui["depth"] = gr.Plot(label="Depth & confidence", elem_id="depth")
-            with gr.Tab("Timeline & summary", id="timeline"):
-                ui["summary"] = gr.Dataframe(label="Summary", interactive=False, elem_id="summary",
-                                             column_widths=["9%", "7%", "7%", "8%", "10%", "6%", "9%", "9%", "9%",
-                                                            "9%", "9%", "8%"])
+            with gr.Tab("Summary", id="timeline"):
+                ui["summary"] = gr.Dataframe(label="Summary", interactive=False, elem_id="summary", wrap=True)
                 ui["timeline"] = gr.Plot(label="Timeline", elem_id="timeline")
             with gr.Tab("About", id="about"):
                 ui["about"] = gr.Markdown()
@@ -726,20 +756,12 @@ def build_demo() -> gr.Blocks:
     return demo
 
 
-def record_race(prompt: str, title: str, max_new_tokens: int = 96, settings: dict | None = None) -> Race:
-    """Decode `prompt` with the three methods one after another and keep the traces (no UI involved)."""
-    from ddd import generate
-
+def record_race(prompt: str, title: str, max_new_tokens: int = 96, entries: dict[str, Entry] | None = None) -> Race:
+    """Race `prompt` as the app does, without the page, and keep the traces."""
     target, head = MODELS.load()
-    settings = settings or method_settings_from(**PRESETS[PRESET_NAMES[1]])
-    traces = {}
+    entries = entries or race_entries(**PRESETS[PRESET_NAMES[1]])
     with MODELS.lock:
-        for method in RACE_METHODS:
-            run = generate(target, None if method == "plain" else head, prompt, method,
-                           max_new_tokens=max_new_tokens, **settings[method])
-            for _ in run:
-                pass
-            traces[method] = run.trace
+        traces = race_to_end(target, head, prompt, entries, max_new_tokens=max_new_tokens)
     return Race(traces=traces, title=title, note=MODELS.note)
 
 
@@ -752,15 +774,13 @@ def depth_contrast(race: Race) -> tuple[int, int]:
 
 def record_examples(directory: Path = EXAMPLES_DIR, max_new_tokens: int = 64) -> list[Path]:
     paths = []
-    for stem, title, prompt in EXAMPLE_RUNS:
-        race = record_race(prompt, title, max_new_tokens)
-        path = race.save(directory / f"{stem}.json", compact=True)
+    for example in EXAMPLE_RUNS:
+        entries = race_entries(**{**PRESETS[PRESET_NAMES[1]], **example.changes})
+        race = record_race(example.prompt, example.title, max_new_tokens, entries)
+        path = race.save(directory / f"{example.stem}.json", compact=True)
         fewer, more = depth_contrast(race)
-        s = {m: race.summary(m) for m in RACE_METHODS}
-        print(f"{path.name}: tau EAGLE-2 {s['eagle2']['tau']:.2f} DDD {s['ddd']['tau']:.2f}; tokens/s plain "
-              f"{s['plain']['tokens_per_s']:.1f} EAGLE-2 {s['eagle2']['tokens_per_s']:.1f} DDD "
-              f"{s['ddd']['tokens_per_s']:.1f}; DDD shallower in {fewer} steps, deeper in {more}; "
-              f"{path.stat().st_size / 1e6:.1f} MB", flush=True)
+        print(f"{path.name}: {verdict(race.traces).headline} DDD shallower than EAGLE-2 in {fewer} steps, deeper "
+              f"in {more}; {path.stat().st_size / 1e6:.1f} MB", flush=True)
         paths.append(path)
     return paths
 

@@ -2,6 +2,7 @@
 from __future__ import annotations
 
 from .race import METHOD_LABELS, Race
+from .verdict import BLOCK_ROUNDS, CONFIDENCE, RESAMPLES
 
 INTRO = """
 ### What you are looking at
@@ -37,11 +38,28 @@ tokens plus the bonus. Plain decoding has tau = 1.
 It beats plain decoding only when that is below the time of one plain forward pass. Deeper drafts raise tau
 but also the draft time; DDD tries to draft deep only where it pays.
 
+**How the race is timed.** The three methods take turns on the same model: one target forward pass of
+each, then the next round (each round starts with a different method). A moment when something else on the
+machine takes the processor therefore slows all three alike, instead of whichever happened to be running.
+The model is warmed up once after it loads, so no method pays for the first, slow passes, and the prefill
+(reading the prompt, the same work for every method) is timed apart. Each step is timed on its own, so the
+replay shows each method at the pace it would have run alone.
+
 **Precision.** On a CPU the verify time grows with the number of tokens checked: in float32, checking 8
 tokens costs about two plain passes. In **int8** (weights and activations as 8-bit integers) it costs about
 1.3, which is what lets speculative decoding pay on a CPU. int8 answers are not float32's answers (the
 model is slightly changed by rounding), but within a race all three methods use the same precision, and
 EAGLE-2 and DDD still write exactly what plain decoding writes in that precision.
+"""
+
+TIES = f"""
+**Who won, and ties.** The headline compares decode time per token, every step counted at the median time
+of the steps of the same shape in this race (same number of draft calls and verified tokens): a single step
+slowed tenfold by another program says nothing about the method. Whether a difference is real is judged
+from the race's own noise: a bootstrap redraws the race's rounds {RESAMPLES} times (in blocks of
+{BLOCK_ROUNDS} consecutive rounds, since a busy spell lasts a while; rounds that two methods shared are drawn
+together) and recomputes the speedup each time. When the middle {CONFIDENCE:.0%} of those speedups includes
+1.00, the two are called a tie.
 """
 
 REFERENCES = """
@@ -92,4 +110,4 @@ def about_markdown(race: Race | None) -> str:
         table = "\n".join(lines)
     else:
         table = "### The cost model on this run\n\nRun or load a race to fill in its numbers."
-    return INTRO + "\n" + table + "\n" + REFERENCES
+    return INTRO + TIES + "\n" + table + "\n" + REFERENCES

@@ -9,7 +9,8 @@ from ddd.trace import RunTrace
 
 from .plotting import figure, message_figure
 from .race import METHOD_LABELS, Race
-from .tokens import escape, visible
+from .tokens import plot_text, visible
+from .verdict import verdict
 
 METHOD_COLORS = {"plain": "#64748b", "eagle": "#0ea5e9", "eagle2": "#2563eb", "ddd": "#9333ea"}
 PHASE_COLORS = {"draft": "#60a5fa", "verify": "#f472b6", "other": "#cbd5e1"}
@@ -127,7 +128,7 @@ def timeline_figure(race: Race | None, height: int = 420) -> go.Figure:
             marks["size"].append(5 + 2 * min(len(step.token_ids), 10))
             marks["color"].append(METHOD_COLORS[method])
             marks["text"].append(f"{label} step {step.index} ends at {clock:.2f} s: {len(step.token_ids)} token(s) "
-                                 + escape(visible(step.text)[:60]))
+                                 + plot_text(visible(step.text)[:60]))
     for phase, values in phases.items():
         data.append(dict(type="bar", meta=f"{phase}-steps", orientation="h", name=phase, legendgroup=phase,
                          marker=dict(color=PHASE_COLORS[phase], line=dict(width=0.3, color="white")),
@@ -156,15 +157,18 @@ def timeline_figure(race: Race | None, height: int = 420) -> go.Figure:
 
 
 def summary_rows(race: Race | None) -> list[list[Any]]:
-    """One row per method (columns SUMMARY_HEADERS); speedup is tokens/s over plain decoding's."""
+    """One row per method (columns SUMMARY_HEADERS); the speedup is the headline's (components.verdict)."""
     if race is None:
         return []
-    plain = race.summary("plain").get("tokens_per_s") if "plain" in race.traces else None
+    result = verdict(race.traces)
+    standings = {s.name: s for s in result.standings} if result else {}
     rows = []
     for method in race.methods:
         s = race.summary(method)
         rate = s.get("tokens_per_s", 0.0)
-        speed = f"{rate / plain:.2f}×" if plain else "–"
+        standing = standings.get(method)
+        speed = "–" if standing is None else f"{standing.speedup:.2f}×" + (
+            " (tie)" if standing.tie and method != result.reference else "")
         speculative = method != "plain"
         rows.append([
             METHOD_LABELS[method], s.get("new_tokens", 0), round(s.get("total_ms", 0.0) / 1000, 2), round(rate, 1),

@@ -70,14 +70,16 @@ def narrate(step: Step, trace: RunTrace, race: Race | None = None) -> str:
                  f"({_plural(levels, 'draft call')}, {step.draft_ms:.0f} ms); the rerank kept the "
                  f"{checked} with the highest cumulative probability and the target checked them all in one "
                  f"forward pass ({step.verify_ms:.0f} ms).")
-    parts.append(_acceptance(step, trace))
-    if trace.method == "ddd":
-        parts.append(_depth(step, race))
+    text, whole = _acceptance(step, trace)
+    parts.append(text)
+    # The depth decision, stated once: DDD's from its checks, a fixed tree's from its settings.
+    parts.append(_depth(step, race, whole) if trace.method == "ddd" else _fixed_depth(step, name, whole))
     parts.append(_timing(step, race, tokens))
     return " ".join(p for p in parts if p)
 
 
-def _acceptance(step: Step, trace: RunTrace) -> str:
+def _acceptance(step: Step, trace: RunTrace) -> tuple[str, bool]:
+    """What the target accepted, and whether that was every level the draft built."""
     nodes = {n.index: n for n in step.pool}
     path = [nodes[i] for i in step.accepted_path[1:] if i in nodes]
     accepted_texts = [n.text for n in path[: step.accepted]]
@@ -96,15 +98,15 @@ def _acceptance(step: Step, trace: RunTrace) -> str:
             text = "Nothing was accepted. "
         text += (f"Every deeper candidate hung from a rejected one, so the whole tree was rejected. The step still "
                  f"emitted one token, the target's own {bonus}: no gain over a plain step, and the drafting time was spent for nothing.")
-        return text
+        return text, False
     text = (f"The target accepted {_plural(step.accepted, 'draft token')} ({_listing(accepted_texts)})")
     if path:
         text += f", a path the draft had given cumulative probability {math.exp(path[step.accepted - 1].score):.2f}"
     text += f", then added {bonus} itself (the bonus token)."
     deepest = max((n.depth for n in step.pool if n.status != "pruned"), default=0)
-    if step.accepted >= step.draft_calls or (not verified_children and step.accepted >= deepest):
-        text += (" That is every level the draft built: the whole accepted path survived, so drafting deeper "
-                 "could have given even more tokens this step.")
+    whole = step.accepted >= step.draft_calls or (not verified_children and step.accepted >= deepest)
+    if whole:
+        text += " That is every level the draft built."
     elif verified_children:
         text += (f" At level {step.accepted + 1} the {_plural(len(verified_children), 'candidate')} checked there "
                  f"({_listing([n.text for n in verified_children])}) {why}.")
@@ -116,10 +118,18 @@ def _acceptance(step: Step, trace: RunTrace) -> str:
     if other_rejected > 0:
         text += (f" The other {_plural(other_rejected, 'rejected candidate')} lay on branches that left the "
                  "accepted path.")
-    return text
+    return text, whole
 
 
-def _depth(step: Step, race: Race | None) -> str:
+def _fixed_depth(step: Step, name: str, whole: bool) -> str:
+    if not whole:
+        return ""
+    return (f"{name} drafts a fixed {_plural(step.draft_calls, 'level')}, so it stopped there although the target "
+            "accepted all of them: a deeper draft might have given more tokens this step.")
+
+
+def _depth(step: Step, race: Race | None, whole: bool) -> str:
+    """DDD's depth decision and, when the whole draft was accepted, what that decision cost."""
     calls, limit = step.draft_calls, step.max_draft_calls
     eagle2 = _eagle2_depth(race)
     per_call = _ms_per_call(step)
@@ -130,7 +140,7 @@ def _depth(step: Step, race: Race | None) -> str:
     if last.stop:
         text = (f"DDD stopped after {_plural(calls, 'draft call')}: the beam held only "
                 f"{_share(last.confidence)} of the draft probability (H = {last.confidence:.2f}, below the "
-                f"threshold {_threshold(race)}), so deeper levels were unlikely to be accepted.")
+                f"threshold {_threshold(race)}), so it judged deeper levels unlikely to be accepted.")
         saved = limit - calls
         if saved > 0:
             text += f" That saved {_plural(saved, 'draft call')} (about {saved * per_call:.0f} ms) against its maximum of {limit}"
@@ -142,10 +152,13 @@ def _depth(step: Step, race: Race | None) -> str:
         if eagle2 is not None and calls > eagle2 and earlier:
             text += (f" It went deeper than EAGLE-2 because the beam was still confident at the earlier "
                      f"check{'s' if len(earlier) > 1 else ''} (H = {', '.join(f'{c.confidence:.2f}' for c in earlier)}).")
+        if whole:
+            text += (" This time the judgement was cautious: the target accepted every level drafted, so going "
+                     "deeper might have given more tokens.")
         return text
     checks = ", ".join(f"{c.confidence:.2f}" for c in earlier)
     text = (f"DDD's beam stayed confident at every check (H = {checks}, all at or above the threshold "
-            f"{_threshold(race)}), so it drafted all {_plural(limit, 'level')}")
+            f"{_threshold(race)}), so it drafted all {_plural(limit, 'level')}, its maximum")
     if eagle2 is not None and calls > eagle2:
         text += (f": {calls - eagle2} deeper than EAGLE-2's fixed {eagle2}, at a cost of about "
                  f"{(calls - eagle2) * per_call:.0f} ms of extra drafting")

@@ -36,3 +36,9 @@ def excerpt(value: Any, limit: int = 60) -> str:
     """A value as a message may quote it: repr, so that its type shows, cut to `limit` characters."""
     text = repr(value)
     return text if len(text) <= limit else text[:limit] + "…"
+
+
+def plot_text(text: str) -> str:
+    """`text` for a plotly label or hover text: plotly draws a subset of HTML there (<b>, <br>, ...) and
+    decodes &lt; &gt; &amp; but not &quot;, so quotes are left as they are."""
+    return html.escape(text, quote=False)

@@ -11,7 +11,7 @@ from ddd.trace import RunTrace, Step
 
 from .plotting import figure, message_figure
 from .race import DROPPED_SHOWN, METHOD_LABELS, shown_nodes
-from .tokens import escape, visible
+from .tokens import plot_text, visible
 
 BONUS = "bonus"
 COLORS = {
@@ -32,6 +32,11 @@ BAND_COLORS = ("rgba(148,163,184,0.10)", "rgba(148,163,184,0.20)")
 GHOST_COLOR = "rgba(139,92,246,0.12)"
 GHOST_LINE = "rgba(139,92,246,0.55)"
 LABELLED_LEVEL = 22
+GHOST_WIDTH = 0.6  # in levels
+SHORT_LABEL, LONG_LABEL = 6, 14  # characters of a node's label off and on the accepted path
+# The accepted path's labels sit above their nodes and the bonus token's below its star, so that the star,
+# half a level after the last accepted node, never covers that node's label.
+LABEL_POSITIONS = {"root": "middle left", "accepted": "top center", "bonus": "bottom center"}
 
 
 def build_graph(step: Step, top_k: int = 10, show: str = "shown") -> nx.DiGraph:
@@ -97,8 +102,13 @@ def layout(graph: nx.DiGraph) -> dict[Any, tuple[float, float]]:
     return pos
 
 
+def _label(text: str, limit: int) -> str:
+    shown = visible(text)
+    return plot_text(shown if len(shown) <= limit else shown[: limit - 1] + "…")
+
+
 def _hover(data: dict[str, Any]) -> str:
-    token = escape(visible(data["text"]))
+    token = plot_text(visible(data["text"]))
     if data["status"] == "bonus":
         return (f"<b>{token}</b><br>token id {data['token_id']}<br>bonus token: chosen by the target itself"
                 "<br>after the last accepted draft token")
@@ -133,16 +143,24 @@ def tree_figure(step: Step | None, trace: RunTrace | None = None, *, show: str =
     for level in range(1, levels + 1):
         shapes.append(dict(type="rect", xref="x", yref="paper", x0=level - 0.5, x1=level + 0.5, y0=0, y1=1,
                            fillcolor=BAND_COLORS[level % 2], line=dict(width=0), layer="below"))
-    checks = {c.call: c for c in step.checks}
-    for level in range(step.draft_calls + 1, step.max_draft_calls + 1):
-        shapes.append(dict(type="rect", xref="x", yref="paper", x0=level - 0.5, x1=level + 0.5, y0=0, y1=1,
+    # The levels DDD chose not to draft share one narrow band: drawn one column each, they took most of the width.
+    ghost = step.max_draft_calls > step.draft_calls
+    if ghost:
+        band = levels + 0.55
+        shapes.append(dict(type="rect", xref="x", yref="paper", x0=band, x1=band + GHOST_WIDTH, y0=0, y1=1,
                            fillcolor=GHOST_COLOR, line=dict(width=1, color=GHOST_LINE, dash="dot"), layer="below"))
-        notes.append(dict(x=level, y=0.5, xref="x", yref="paper", text="not drafted", textangle=-90, showarrow=False,
-                          font=dict(size=11, color="rgba(109,40,217,0.8)")))
-    # H at each check above its level (rows alternate so that neighbouring checks do not overlap).
-    for row, (call, check) in enumerate(sorted(checks.items())):
-        text = f"H {check.confidence:.2f}" + (" stop" if check.stop else "")
-        notes.append(dict(x=call, y=1.0 + 0.045 * (row % 2), xref="x", yref="paper", yanchor="bottom",
+        skipped = (f"level {step.max_draft_calls}" if step.max_draft_calls == step.draft_calls + 1
+                   else f"levels {step.draft_calls + 1}–{step.max_draft_calls}")
+        notes.append(dict(x=band + GHOST_WIDTH / 2, y=0.5, xref="x", yref="paper", text=f"{skipped} not drafted",
+                          textangle=-90, showarrow=False, font=dict(size=11, color="rgba(109,40,217,0.8)")))
+    # H at each check above its level, on three staggered rows so that neighbouring values never meet.
+    checks = sorted(step.checks, key=lambda c: c.call)
+    if checks:
+        notes.append(dict(x=0, y=1.0, xref="x", yref="paper", yanchor="bottom", showarrow=False, text="H:",
+                          font=dict(size=10, color="#475569")))
+    for row, check in enumerate(checks):
+        text = f"{check.confidence:.2f}" + (" stop" if check.stop else "")
+        notes.append(dict(x=check.call, y=1.0 + 0.04 * (row % 3), xref="x", yref="paper", yanchor="bottom",
                           showarrow=False, text=text,
                           font=dict(size=10, color="#dc2626" if check.stop else "#15803d")))
     # Edges: one trace for the accepted path, one for the rest (None breaks the polyline between edges).
@@ -171,11 +189,13 @@ def tree_figure(step: Step | None, trace: RunTrace | None = None, *, show: str =
         if not nodes:
             continue
         always = status in ("root", "accepted", "bonus")
-        labels = [visible(graph.nodes[n]["text"]) if always or per_level[pos[n][0]] <= LABELLED_LEVEL else ""
-                  for n in nodes]
+        # Token text is escaped (plotly draws a subset of HTML in labels) and cut short off the accepted path,
+        # where labels share the width with their neighbours; the hover text keeps it whole.
+        labels = [_label(graph.nodes[n]["text"], LONG_LABEL if always else SHORT_LABEL)
+                  if always or per_level[pos[n][0]] <= LABELLED_LEVEL else "" for n in nodes]
         traces.append(dict(
             type="scatter", meta=status, x=[pos[n][0] for n in nodes], y=[pos[n][1] for n in nodes],
-            mode="markers+text", text=labels, textposition="middle left" if status == "root" else "middle right",
+            mode="markers+text", text=labels, textposition=LABEL_POSITIONS.get(status, "middle right"),
             textfont=dict(size=12 if always else 10, color="#0f172a" if status != "pruned" else "#64748b"),
             marker=dict(color=COLORS[status], size=15 if status == "bonus" else 12 if always else 8,
                         symbol="star" if status == "bonus" else "circle-open" if status == "pruned" else "circle",
@@ -184,19 +204,19 @@ def tree_figure(step: Step | None, trace: RunTrace | None = None, *, show: str =
             hovertext=[_hover(graph.nodes[n]) for n in nodes], hoverinfo="text",
             name=f"{STATUS_NAMES[status]} ({len(nodes)})",
         ))
-    if step.max_draft_calls > step.draft_calls:
+    if ghost:
         traces.append(dict(type="scatter", meta="ghost", x=[None], y=[None], mode="markers",
-                         name="level not drafted (DDD stopped)",
+                         name="levels not drafted (DDD stopped)",
                          marker=dict(symbol="square", size=12, color=GHOST_COLOR, line=dict(color=GHOST_LINE, width=1))))
-    last = max(step.max_draft_calls, levels) + 0.7
+    last = levels + (0.7 + GHOST_WIDTH if ghost else 0.7)
     return figure(traces, dict(
         title=dict(text=head + f" · {step.draft_calls} draft call{'s' if step.draft_calls != 1 else ''}"
                    f" · {step.accepted} accepted", font=dict(size=14)),
         height=height, shapes=shapes, annotations=notes,
-        margin=dict(l=10, r=10, t=64, b=40), hovermode="closest",
+        margin=dict(l=10, r=10, t=90 if checks else 50, b=40), hovermode="closest",
         legend=dict(orientation="h", y=-0.08, x=0, font=dict(size=10)),
-        xaxis=dict(range=[-1.0, last], tickmode="array", tickvals=list(range(0, int(last) + 1)),
-                   ticktext=["root"] + [str(i) for i in range(1, int(last) + 1)], title=None, showgrid=False,
+        xaxis=dict(range=[-1.0, last], tickmode="array", tickvals=list(range(0, levels + 1)),
+                   ticktext=["root"] + [str(i) for i in range(1, levels + 1)], title=None, showgrid=False,
                    zeroline=False),
         yaxis=dict(visible=False, range=[-1.08, 1.08]),
         uirevision=f"tree-{trace.method if trace else ''}",

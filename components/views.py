@@ -2,6 +2,7 @@
 from __future__ import annotations
 
 from dataclasses import dataclass
+from pathlib import Path
 from typing import Any
 
 import pandas as pd
@@ -16,6 +17,7 @@ from .narration import narrate
 from .race import METHOD_LABELS, RACE_METHODS, Race
 from .tokens import escape
 from .tree import tree_figure
+from .verdict import headline_html
 
 CSS = """
 .answer { white-space: pre-wrap; font-family: ui-monospace, SFMono-Regular, Menlo, monospace; font-size: 13px;
@@ -40,6 +42,17 @@ CSS = """
 .note-box { border-left: 4px solid #f59e0b; background: #fffbeb; padding: 6px 10px; border-radius: 4px; }
 .error-box { border-left: 4px solid #dc2626; background: #fef2f2; padding: 6px 10px; border-radius: 4px; }
 .race-info { font-size: 13px; }
+#intro p { font-size: 14px; margin: 0; }
+.headline { border-left: 5px solid #7c3aed; background: #f5f3ff; padding: 8px 12px; border-radius: 6px;
+  font-size: 16px; color: #1e1b4b; }
+.headline.tie { border-left-color: #64748b; background: #f8fafc; color: #0f172a; }
+.headline.empty { font-size: 13px; color: #64748b; background: #f8fafc; border-left-color: #cbd5e1; }
+.headline .why { font-size: 12px; font-weight: normal; color: #475569; margin-top: 3px; }
+#summary th, #summary th * { white-space: normal !important; overflow: visible !important;
+  text-overflow: clip !important; word-break: keep-all !important; }
+@media (max-width: 600px) {
+  .tab-container button, [role="tab"] { padding-left: 8px !important; padding-right: 8px !important; }
+}
 """
 
 
@@ -78,8 +91,8 @@ def race_info(race: Race | None) -> str:
         f"seed {sampling.get('seed')})")
     title = f"<b>{escape(race.title)}</b> · " if race.title else ""
     parts = [f"{title}Prompt: “{escape(race.prompt[:300])}”",
-             f"Model {escape(any_trace.model)} ({escape(any_trace.precision)}, {escape(any_trace.device)}), "
-             f"head {escape(str(any_trace.head))}, {mode}."]
+             f"Model {escape(source_name(any_trace.model))} ({escape(any_trace.precision)}, {escape(any_trace.device)}), "
+             f"head: {escape(source_name(any_trace.head))}, {mode}."]
     for method in ("eagle2", "ddd"):
         trace = race.get(method)
         if trace is not None:
@@ -88,6 +101,17 @@ def race_info(race: Race | None) -> str:
     if race.note:
         parts.append(escape(race.note))
     return "<br>".join(parts)
+
+
+def source_name(source: str | None) -> str:
+    """A model or head as a reader should see it: the shipped head by that name, a local directory by its own
+    name only (the machine's checkout path means nothing to anyone else), anything else as it is."""
+    if not source:
+        return "none"
+    path = Path(source)
+    if path.parts[-2:] == ("assets", "head"):
+        return "shipped head"
+    return path.name if path.is_absolute() else source
 
 
 def step_count(race: Race | None) -> int:
@@ -129,6 +153,7 @@ def race_views(race: Race | None, shade: bool = True) -> dict[str, Any]:
         "summary": summary_table(race),
         "about": about_markdown(race),
         "info": race_info(race),
+        "headline": headline_html(race.traces if race else {}),
         "steps": step_count(race),
     }
 

@@ -115,8 +115,15 @@ class Generation:
         return time.perf_counter()
 
     def __iter__(self) -> Iterator[Step]:
-        with torch.inference_mode():
-            yield from self._run()
+        # Inference mode is entered per step, never held across a yield: it is thread-wide state, and runs
+        # advanced in turn (ddd.race) would otherwise leave it switched on for the caller, restored out of order.
+        steps = self._run()
+        while True:
+            with torch.inference_mode():
+                step = next(steps, None)
+            if step is None:
+                break
+            yield step
         self.trace.summary = summarize(self.trace.steps)
 
     # -- the loop --------------------------------------------------------------------------------

@@ -15,6 +15,7 @@ import app
 from components import Race
 from components.inputs import MAX_PROMPT_CHARS
 from ddd import save_head
+from ddd.race import race_to_end
 
 ROOT = Path(__file__).resolve().parents[1]
 TREE_MODE = next(iter(app.TREE_MODES))
@@ -52,8 +53,9 @@ def test_run_streams_each_column_then_builds_every_view(models):
     final = frames[-1]
     race = session.race
     assert isinstance(race, Race) and race.methods == ["plain", "eagle2", "ddd"]
-    # The columns filled one after another: plain had text while DDD was still waiting.
-    assert any("waiting" in str(f["ans_ddd"]) and 'class="step' in str(f["ans_plain"]) for f in frames[:-1])
+    # The three took turns: their columns streamed together, not one after another.
+    assert any(all('class="step' in str(f[f"ans_{m}"]) and "running" in str(f[f"cnt_{m}"])
+                   for m in ("plain", "eagle2", "ddd")) for f in frames[:-1])
     for method in ("plain", "eagle2", "ddd"):
         assert 'class="step' in final[f"ans_{method}"]
         assert "tokens/s" in final[f"cnt_{method}"]
@@ -61,6 +63,7 @@ def test_run_streams_each_column_then_builds_every_view(models):
     assert list(final["summary"]["method"]) == ["Plain", "EAGLE-2", "DDD"]
     assert final["slider"]["maximum"] == race.decode_steps() - 1
     assert final["tree_ddd"].data and final["depth"].data and final["timeline"].data
+    assert "×" in final["headline"] and "ms per token" in final["headline"]
     assert Race.load(final["download"]["value"]).methods == race.methods  # the saved file loads back
     assert not session.busy and session.generation is None
 
@@ -87,12 +90,11 @@ def test_stop_ends_the_run_promptly_and_the_next_run_works(models):
     frames = []
     for values in run:
         frames.append(outputs(values))
-        if session.generation is not None and not session.stop_requested:  # plain decoding has started
+        if session.generation is not None and not session.stop_requested:  # the race has started
             assert app.request_stop(session).startswith("Stopping")
     race = session.race
-    assert race is not None and race.traces["plain"].stop_reason == "stopped"
-    assert len(race.traces["plain"].steps) < 10
-    assert "eagle2" not in race.traces and "not run" in frames[-1]["cnt_ddd"]
+    assert race is not None and race.methods == ["plain", "eagle2", "ddd"]
+    assert all(t.stop_reason == "stopped" and len(t.steps) < 10 for t in race.traces.values())
     assert "Stopped" in message_of(frames[-1])
     assert app.request_stop(session) == ""  # nothing running now
     frames = race_run("the cat sat", session)
@@ -145,6 +147,7 @@ def test_examples_load_without_a_model(monkeypatch):
         out = outputs(app.load_example(name, True, TREE_MODE, session))
         assert session.race is not None and session.race.methods
         assert out["tree_ddd"].data and out["timeline"].data
+        assert "× plain" in out["headline"] and "ms per token" in out["headline"]
     assert not models.loaded
 
 
@@ -240,15 +243,8 @@ class AppServer:
 
 
 def tiny_race(target, head, prompt: str = "one two three") -> Race:
-    from ddd import generate
-
-    traces = {}
-    for method, settings in (("plain", {}), ("eagle2", dict(top_k=4, draft_calls=4, total_tokens=20)),
-                             ("ddd", dict(top_k=4, max_draft_calls=8, check_steps="3,5,7", total_tokens=20))):
-        run = generate(target, None if method == "plain" else head, prompt, method, max_new_tokens=32, **settings)
-        list(run)
-        traces[method] = run.trace
-    return Race(traces=traces, title="tiny example")
+    entries = app.race_entries(4, 4, 20, 8, "3,5,7", -0.3)
+    return Race(traces=race_to_end(target, head, prompt, entries, max_new_tokens=32), title="tiny example")
 
 
 @pytest.fixture(scope="module")
@@ -284,13 +280,13 @@ def test_full_race_over_http(app_server):
 
 def test_measured_preset_times_the_machine_once_and_fills_valid_settings(models):
     values = app.apply_preset(app.MEASURED, "float32")
-    settings = app.method_settings_from(*values)
+    entries = app.race_entries(*values)
     from ddd.settings import method_settings
 
     for method in ("eagle2", "ddd"):
-        method_settings(method, **settings[method]).validate(models.head.draft_vocab_size)
-    assert settings["ddd"]["total_tokens"] == settings["eagle2"]["total_tokens"]
-    assert settings["ddd"]["check_steps"] == "all"
+        method_settings(method, **entries[method].settings).validate(models.head.draft_vocab_size)
+    assert entries["ddd"].settings["total_tokens"] == entries["eagle2"].settings["total_tokens"]
+    assert entries["ddd"].settings["check_steps"] == "all"
     assert list(models.measured) == ["float32"]
     assert app.apply_preset(app.MEASURED, "float32") == values  # reused, not measured again
 

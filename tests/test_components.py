@@ -18,6 +18,7 @@ from components.race import shown_nodes
 from components.replay import duration, frame_times, steps_done
 from components.tokens import visible
 from components.tree import BONUS, COLORS, GHOST_COLOR, build_graph, layout, tree_figure
+from components.verdict import verdict
 from components.views import race_views, step_view
 from ddd.metrics import summarize
 from ddd.trace import SCHEMA_VERSION, DepthCheck, DraftNode, RunTrace, Step
@@ -147,8 +148,13 @@ def test_tree_figure_colours_bands_ghosts_and_labels():
     assert labels == ["␣the", "␣cat", "↵"]
     bands = [s for s in fig.layout.shapes if s.fillcolor != GHOST_COLOR]
     ghosts = [s for s in fig.layout.shapes if s.fillcolor == GHOST_COLOR]
-    assert len(bands) == 3 and [g.x0 + 0.5 for g in ghosts] == [4, 5, 6]
-    assert any(a.text == "H -0.90 stop" for a in fig.layout.annotations)
+    assert len(bands) == 3 and len(ghosts) == 1 and 3.5 < ghosts[0].x0 < ghosts[0].x1 < 4.5  # one narrow band
+    assert any(a.text == "levels 4–6 not drafted" for a in fig.layout.annotations)
+    assert any(a.text == "-0.90 stop" for a in fig.layout.annotations)
+    assert list(fig.layout.xaxis.ticktext) == ["root", "1", "2", "3"]
+    # The bonus star sits beside the last accepted node, whose label is above it, not under the star.
+    assert by_meta(fig, "accepted")[0].textposition == "top center"
+    assert by_meta(fig, "bonus")[0].x[0] == by_meta(fig, "accepted")[0].x[-1] + 0.5
     edges = [t for t in fig.data if t.mode == "lines" and t.line.color == COLORS["accepted"]]
     assert len(edges) == 1 and len([x for x in edges[0].x if x is not None]) == 6  # 3 accepted edges
     hover = by_meta(fig, "accepted")[0].hovertext[0]
@@ -165,6 +171,17 @@ def test_tree_figure_eagle2_has_no_ghosts_and_handles_prefill_and_missing():
     bare = spec_step()
     bare.pool = []
     assert "not recorded" in tree_figure(bare, make_trace("eagle2", [bare])).layout.annotations[0].text
+
+
+def test_tree_labels_are_escaped_and_short_off_the_path():
+    pool = small_pool()
+    pool[1].text, pool[2].text, pool[3].text = "<b>", '"', " a-very-long-token"
+    step = spec_step(pool=pool, text="<b> cat on")
+    fig = tree_figure(step, make_trace("eagle2", [prefill(), step]), show="all")
+    assert by_meta(fig, "accepted")[0].text[0] == "&lt;b&gt;"
+    assert "&lt;b&gt;" in by_meta(fig, "accepted")[0].hovertext[0]
+    assert by_meta(fig, "pruned")[0].text[0] == "␣a-ve…"
+    assert by_meta(fig, "rejected")[0].text[0] == '"'  # plotly does not decode &quot;: quotes stay quotes
 
 
 def big_step(top_k=10, calls=6, total=60) -> Step:
@@ -246,9 +263,8 @@ def test_summary_rows_speedup_and_columns():
     assert [r[0] for r in rows] == ["Plain", "EAGLE-2", "DDD"]
     assert all(len(r) == len(SUMMARY_HEADERS) for r in rows)
     assert rows[0][4] == "1.00×" and rows[0][7] == "–"
-    ddd = hand_race().summary("ddd")
-    plain = hand_race().summary("plain")
-    assert rows[2][4] == f"{ddd['tokens_per_s'] / plain['tokens_per_s']:.2f}×"
+    ddd = verdict(hand_race().traces).standings[2]
+    assert rows[2][4].startswith(f"{ddd.speedup:.2f}×")  # the headline's figure, not tokens/s with the prefill
 
 
 def test_answer_shading_and_current_step():
@@ -325,6 +341,19 @@ def test_narration_all_accepted():
     text = narrate(step, trace, None)
     assert "accepted 3 draft tokens ('␣the', '␣cat', '␣sat')" in text
     assert "every level the draft built" in text
+
+
+def test_narration_states_the_depth_decision_once():
+    race = hand_race()
+    pool = small_pool({7: "accepted"})
+    stopped = spec_step(accepted=3, path=(0, 1, 4, 7), calls=3, limit=6, checks=[(3, -0.9, True)], pool=pool)
+    text = narrate(stopped, race.traces["ddd"], race)
+    assert "every level the draft built" in text and "judged deeper levels unlikely" in text
+    assert "cautious" in text and "could have given even more" not in text
+    assert text.count("deeper") == 2  # the decision, and what it cost this time: once each
+    fixed = narrate(spec_step(accepted=3, path=(0, 1, 4, 7), pool=small_pool({7: "accepted"})),
+                    race.traces["eagle2"], race)
+    assert "EAGLE-2 drafts a fixed 3 levels" in fixed
 
 
 def test_narration_prefill_plain_and_timing():
@@ -446,3 +475,13 @@ def test_every_shipped_example_replays_without_a_model(path):
     assert race.methods == ["plain", "eagle2", "ddd"] and race.title
     assert render_everything(race) > 1
     assert race.traces["plain"].text == race.traces["ddd"].text or race.traces["ddd"].sampling.get("temperature")
+
+
+@pytest.mark.skipif(not EXAMPLES, reason="no recorded examples in assets/examples yet")
+def test_a_shipped_example_shows_ddd_drafting_deeper_than_eagle2():
+    deeper = 0
+    for path in EXAMPLES:
+        race = Race.load(path)
+        fixed = race.traces["eagle2"].settings["draft_calls"]
+        deeper += sum(s.draft_calls > fixed for s in race.traces["ddd"].steps if not s.prefill)
+    assert deeper > 0

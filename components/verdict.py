@@ -1,0 +1,192 @@
+"""Who won a race, by how much, and whether the difference is larger than the race's own noise.
+
+Speed is decode time per token (the prefill is timed apart: it is the same forward for every method), with
+every step counted at the median time of the steps of the same shape (draft calls and tree size): on a
+shared machine single steps now and then take ten times their usual time, and such a spike says nothing
+about the method. The noise comes from the race itself: the decoders took turns, so round r holds step r of
+each, and a block bootstrap over rounds (blocks of consecutive rounds, since a busy spell lasts a while;
+rounds that two runs share are drawn together) resamples the race many times. A difference whose 95% interval includes "equal" is a tie.
+"""
+from __future__ import annotations
+
+import warnings
+from collections.abc import Mapping
+from dataclasses import dataclass
+
+import numpy as np
+
+from ddd.trace import RunTrace
+
+from .race import METHOD_LABELS
+from .tokens import escape
+
+CONFIDENCE = 0.95
+RESAMPLES = 1000
+BLOCK_ROUNDS = 4
+MIN_STEPS = 4  # fewer decode steps than this cannot show a difference
+
+
+@dataclass
+class Standing:
+    """One decoder's result, against the reference decoder."""
+
+    name: str
+    label: str
+    steps: int  # decode steps (target forwards after the prefill)
+    tau: float  # tokens per decode step
+    ms_per_token: float  # typical decode time per token, all phases (see Rounds.typical_ms)
+    draft_ms_per_token: float
+    verify_ms_per_token: float
+    prefill_ms: float
+    speedup: float  # the reference's time per token over this one's
+    low: float  # the speedup's 95% interval
+    high: float
+
+    @property
+    def tie(self) -> bool:
+        """Not told apart from the reference by this race."""
+        return self.low <= 1.0 <= self.high
+
+
+@dataclass
+class Verdict:
+    reference: str
+    standings: list[Standing]  # the reference first, then the others in race order
+    leaders: list[str]  # the fastest, and every decoder this race cannot tell apart from it
+    decided: bool  # False when the race was too short to tell anything apart
+    headline: str
+    why: str
+
+
+def label_of(name: str) -> str:
+    return METHOD_LABELS.get(name, name)
+
+
+@dataclass
+class Rounds:
+    """A run's decode steps by round (step r of every decoder ran in round r); zeros after it finished."""
+
+    ms: np.ndarray
+    tokens: np.ndarray
+    shape: np.ndarray  # which kind of step: same draft calls and tree size cost the same; -1 after the end
+
+    @classmethod
+    def of(cls, trace: RunTrace, rounds: int = 0) -> "Rounds":
+        decode = [s for s in trace.steps if not s.prefill]
+        rounds = max(rounds, max((s.index for s in decode), default=0))
+        ms, tokens, shape = np.zeros(rounds), np.zeros(rounds), np.full(rounds, -1)
+        kinds: dict[tuple[int, int], int] = {}
+        for s in decode:
+            ms[s.index - 1] = s.ms
+            tokens[s.index - 1] = len(s.token_ids)
+            shape[s.index - 1] = kinds.setdefault((s.draft_calls, s.verified), len(kinds))
+        return cls(ms, tokens, shape)
+
+    def typical_ms(self, picks: np.ndarray) -> np.ndarray:
+        """Decode time of each resample (a row of round indices), every step counted at the median time of
+        the steps of its shape in that resample: a step that another program slowed down counts as usual."""
+        total = np.zeros(len(picks))
+        shapes, times = self.shape[picks], self.ms[picks]
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore", RuntimeWarning)  # a shape absent from a resample: an all-NaN row
+            for kind in np.unique(self.shape[self.shape >= 0]):
+                chosen = shapes == kind
+                median = np.nanmedian(np.where(chosen, times, np.nan), axis=1)
+                total += np.where(chosen.any(1), median * chosen.sum(1), 0.0)
+        return total
+
+
+def _block_picks(rng: np.random.Generator, low: int, high: int) -> np.ndarray:
+    """RESAMPLES rows of round indices from [low, high), drawn in blocks of consecutive rounds."""
+    size = high - low
+    if size <= 0:
+        return np.zeros((RESAMPLES, 0), dtype=int)
+    block = min(BLOCK_ROUNDS, size)
+    starts = rng.integers(low, high - block + 1, size=(RESAMPLES, -(-size // block)))
+    return (starts[:, :, None] + np.arange(block)).reshape(RESAMPLES, -1)[:, :size]
+
+
+def speed_ratio(reference: RunTrace, other: RunTrace, seed: int = 0) -> tuple[float, float, float]:
+    """`other`'s speed over `reference`'s (typical time per token), with its bootstrap interval (low, high)."""
+    ref, run = Rounds.of(reference), Rounds.of(other)
+    shared, rounds = min(len(ref.ms), len(run.ms)), max(len(ref.ms), len(run.ms))
+    ref, run = Rounds.of(reference, rounds), Rounds.of(other, rounds)
+    if not rounds or not ref.tokens.sum() or not run.tokens.sum():
+        return 0.0, 0.0, float("inf")
+    # Rounds both ran are resampled together (a busy spell hit both); the longer run's remaining rounds apart,
+    # so that every resample keeps each run's own number of steps.
+    rng = np.random.default_rng(seed)
+    picks = np.vstack([np.arange(rounds), np.hstack([_block_picks(rng, 0, shared), _block_picks(rng, shared, rounds)])])
+    with np.errstate(divide="ignore", invalid="ignore"):
+        ratios = (ref.typical_ms(picks) / ref.tokens[picks].sum(1)) / (run.typical_ms(picks) / run.tokens[picks].sum(1))
+    ratio, samples = float(ratios[0]), ratios[1:][np.isfinite(ratios[1:])]
+    if not len(samples):
+        return ratio, 0.0, float("inf")
+    tail = (1 - CONFIDENCE) / 2 * 100
+    low, high = np.percentile(samples, [tail, 100 - tail])
+    return ratio, float(min(low, ratio)), float(max(high, ratio))
+
+
+def _standing(name: str, trace: RunTrace, reference: RunTrace) -> Standing:
+    decode = [s for s in trace.steps if not s.prefill]
+    tokens = sum(len(s.token_ids) for s in decode) or 1
+    rounds = Rounds.of(trace)
+    typical = float(rounds.typical_ms(np.arange(len(rounds.ms))[None])[0]) / tokens
+    measured = sum(s.ms for s in decode) or 1.0
+    speedup, low, high = speed_ratio(reference, trace)
+    # Drafting and verifying keep their measured shares of the typical time.
+    return Standing(
+        name=name, label=label_of(name), steps=len(decode), tau=tokens / len(decode) if decode else 0.0,
+        ms_per_token=typical, draft_ms_per_token=typical * sum(s.draft_ms for s in decode) / measured,
+        verify_ms_per_token=typical * sum(s.verify_ms for s in decode) / measured,
+        prefill_ms=sum(s.ms for s in trace.steps if s.prefill), speedup=speedup, low=low, high=high)
+
+
+def verdict(traces: Mapping[str, RunTrace], reference: str = "plain") -> Verdict | None:
+    """The race's result against `reference` (default plain decoding); None without the reference or a rival."""
+    if reference not in traces or len(traces) < 2:
+        return None
+    ref = traces[reference]
+    standings = [_standing(reference, ref, ref)] + [_standing(n, t, ref) for n, t in traces.items() if n != reference]
+    decided = all(s.steps >= MIN_STEPS for s in standings)
+    fastest = max(standings, key=lambda s: s.speedup)
+    leaders = [fastest.name]
+    for s in standings:
+        if s is not fastest:
+            _, low, high = speed_ratio(traces[fastest.name], traces[s.name])
+            if not decided or high >= 1.0 >= low:
+                leaders.append(s.name)
+    return Verdict(reference, standings, leaders, decided, _headline(standings, leaders, decided), _why(standings))
+
+
+def _headline(standings: list[Standing], leaders: list[str], decided: bool) -> str:
+    ref, others = standings[0], standings[1:]
+    figures = ", ".join(
+        f"{s.label} {s.speedup:.2f}× {ref.label.lower()}" + (" (within noise)" if s.tie else "") for s in others)
+    if not decided:
+        return f"Too short to call: {figures}. A few more tokens would let the race tell its noise from a difference."
+    if len(leaders) == len(standings):
+        return f"A tie: {figures}, all within this race's own noise."
+    names = [label_of(n) for n in leaders]
+    lead = f"{names[0]} wins" if len(names) == 1 else f"{' and '.join(names)} tie for the lead"
+    return f"{lead}: {figures}."
+
+
+def _why(standings: list[Standing]) -> str:
+    ref = standings[0]
+    parts = [f"{ref.label} {ref.ms_per_token:.0f} ms per token"]
+    for s in standings[1:]:
+        parts.append(f"{s.label} {s.ms_per_token:.0f} ms per token (tau {s.tau:.2f}: {s.draft_ms_per_token:.0f} ms "
+                     f"drafting and {s.verify_ms_per_token:.0f} ms verifying per token)")
+    prefill = ", ".join(f"{s.label} {s.prefill_ms:.0f}" for s in standings)
+    return f"Why: {'; '.join(parts)}. Prefill, timed apart: {prefill} ms."
+
+
+def headline_html(traces: Mapping[str, RunTrace]) -> str:
+    """The verdict as the page's headline: a bold line and one line of why."""
+    result = verdict(traces)
+    if result is None:
+        return "<div class='headline empty'>Run or load a race to see who wins.</div>"
+    kind = "tie" if len(result.leaders) > 1 or not result.decided else "win"
+    return (f"<div class='headline {kind}'><b>{escape(result.headline)}</b>"
+            f"<div class='why'>{escape(result.why)}</div></div>")

@@ -1,0 +1,115 @@
+"""The fair race (ddd.race) on the tiny model, and the verdict drawn from its traces (components.verdict)."""
+from __future__ import annotations
+
+import subprocess
+import sys
+
+import pytest
+
+from components.verdict import verdict
+from ddd import resolve_head
+from ddd.race import Entry, race_to_end, start_race, warm_up
+from ddd.trace import RunTrace, Step, summarize
+
+SMALL_TREE = dict(top_k=4, draft_calls=3, total_tokens=12)
+HOG = "import sys; print('spinning', flush=True)\nwhile True: pass"
+
+
+def test_round_robin_takes_turns_and_rotates_the_order(llama, llama_head):
+    entries = {"plain": Entry("plain"), "eagle2": Entry("eagle2", SMALL_TREE),
+               "ddd": Entry("ddd", dict(top_k=4, max_draft_calls=6, check_steps="all", total_tokens=12))}
+    race = start_race(llama, llama_head, "one two three", entries, max_new_tokens=24)
+    turns = list(race)
+    rounds: dict[int, list[str]] = {}
+    for turn in turns:
+        assert turn.step.index == turn.round  # step r of every decoder runs in round r
+        rounds.setdefault(turn.round, []).append(turn.name)
+    assert rounds[0] == ["plain", "eagle2", "ddd"] and rounds[1] == ["eagle2", "ddd", "plain"]
+    assert rounds[2] == ["ddd", "plain", "eagle2"]
+    traces = race.traces
+    assert list(traces) == ["plain", "eagle2", "ddd"]
+    assert len({t.text for t in traces.values()}) == 1  # greedy: every method writes plain decoding's text
+    assert all(t.summary for t in traces.values())
+
+
+def test_stop_ends_every_run_after_its_current_step(llama, llama_head):
+    race = start_race(llama, llama_head, "one two three", {"a": Entry("plain"), "b": Entry("eagle2", SMALL_TREE)},
+                      max_new_tokens=200)
+    for turn in race:
+        if turn.round == 2:
+            race.stop()
+    assert race.stopped
+    assert {t.stop_reason for t in race.traces.values()} == {"stopped"}
+    assert all(len(t.steps) <= 4 for t in race.traces.values())
+
+
+def test_warm_up_and_race_to_end(llama, llama_head):
+    warm_up(llama, llama_head)
+    warm_up(llama, None)
+    traces = race_to_end(llama, llama_head, "the cat sat", {"plain": Entry("plain")}, max_new_tokens=8)
+    assert list(traces) == ["plain"] and traces["plain"].summary["new_tokens"] == 8
+
+
+def test_identical_decoders_tie_even_with_a_cpu_hog_during_part_of_the_race(llama, llama_head):
+    entries = {name: Entry("eagle2", SMALL_TREE) for name in ("a", "b", "c")}
+    race = start_race(llama, llama_head, "one two three", entries, max_new_tokens=72)
+    hog = None
+    try:
+        for turn in race:
+            if turn.round == 4 and hog is None:
+                hog = subprocess.Popen([sys.executable, "-c", HOG], stdout=subprocess.PIPE, text=True)
+                hog.stdout.readline()  # spinning: from here on the machine is busier
+            elif turn.round == 14 and hog is not None and hog.poll() is None:
+                hog.kill()
+    finally:
+        if hog is not None:
+            hog.kill()
+            hog.wait()
+    result = verdict(race.traces, reference="a")
+    assert result.decided and sorted(result.leaders) == ["a", "b", "c"], result.headline
+    assert result.headline.startswith("A tie") and all(s.tie for s in result.standings)
+
+
+def test_a_really_slower_decoder_loses(llama):
+    head, _ = resolve_head("random", llama)  # accepts almost nothing: a big tree is pure cost
+    entries = {"plain": Entry("plain"), "eagle2": Entry("eagle2", dict(top_k=10, draft_calls=6, total_tokens=60))}
+    result = verdict(race_to_end(llama, head, "one two three", entries, max_new_tokens=32))
+    assert result.leaders == ["plain"] and result.headline.startswith("Plain wins"), result.headline
+    slow = result.standings[1]
+    assert slow.speedup < 1 and slow.high < 1 and not slow.tie
+    assert "EAGLE-2 0." in result.headline and "tau" in result.why
+
+
+# Hand-made traces: known times, no model.
+
+def trace_of(name: str, step_ms: list[float], tokens_per_step: int = 1) -> RunTrace:
+    steps = [Step(index=0, token_ids=[1], text="a", accepted=0, verify_ms=50.0, prefill=True)]
+    steps += [Step(index=i + 1, token_ids=[1] * tokens_per_step, text="b", accepted=tokens_per_step - 1,
+                   verify_ms=ms) for i, ms in enumerate(step_ms)]
+    return RunTrace(method=name, settings={}, sampling={}, model="m", head=None, prompt="p", prompt_tokens=3,
+                    steps=steps, summary=summarize(steps))
+
+
+def test_verdict_on_known_times():
+    noisy = [10, 12, 9, 11, 30, 28, 10, 11, 9, 10, 12, 11]  # a busy spell in the middle
+    same = verdict({"plain": trace_of("plain", noisy), "ddd": trace_of("ddd", noisy[::-1])})
+    assert same.leaders == ["plain", "ddd"] and same.standings[1].tie and same.headline.startswith("A tie")
+    longer = noisy * 3
+    faster = verdict({"plain": trace_of("plain", longer), "ddd": trace_of("ddd", [m * 1.2 for m in longer[:18]], 2)})
+    ddd = faster.standings[1]
+    assert faster.leaders == ["ddd"] and not ddd.tie and ddd.speedup == pytest.approx(2 / 1.2, rel=0.01)
+    assert faster.headline.startswith("DDD wins: DDD 1.67× plain") and "tau 2.00" in faster.why
+    assert "Prefill, timed apart: Plain 50, DDD 50 ms" in faster.why
+    short = verdict({"plain": trace_of("plain", [10, 10]), "ddd": trace_of("ddd", [5, 5])})
+    assert not short.decided and short.headline.startswith("Too short")
+    assert verdict({"plain": trace_of("plain", noisy)}) is None
+
+
+def test_a_race_leaves_autograd_as_it_found_it(llama, llama_head):
+    import torch
+
+    race = start_race(llama, llama_head, "one two three", {"a": Entry("plain"), "b": Entry("eagle2", SMALL_TREE)},
+                      max_new_tokens=6)
+    for turn in race:
+        assert not torch.is_inference_mode_enabled()  # between steps the caller's own mode holds
+    assert not torch.is_inference_mode_enabled() and torch.is_grad_enabled()
