@@ -9,7 +9,8 @@ import pytest
 from components.verdict import verdict
 from ddd import resolve_head
 from ddd.race import Entry, race_to_end, start_race, warm_up
-from ddd.trace import RunTrace, Step, summarize
+from ddd.metrics import summarize
+from ddd.trace import RunTrace, Step
 
 SMALL_TREE = dict(top_k=4, draft_calls=3, total_tokens=12)
 HOG = "import sys; print('spinning', flush=True)\nwhile True: pass"
