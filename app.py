@@ -532,7 +532,8 @@ def _race(prompt, max_new_tokens, temperature, top_p, seed, precision, e_top_k, 
     last = 0.0
     with MODELS.lock:
         session.generation = race
-        for turn in race:
+        turns = iter(race) if not session.stop_requested else iter(())  # Stop came while waiting for the model
+        for turn in turns:
             steps[turn.name].append(turn.step)
             now = time.perf_counter()
             if now - last >= STREAM_EVERY_S:

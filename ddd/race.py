@@ -13,7 +13,7 @@ from dataclasses import dataclass, field, replace
 from typing import Any
 
 from .engine import Generation, generate
-from .head import EagleHead
+from .head import DraftHead
 from .models import Target
 from .settings import Sampling
 from .trace import RunTrace, Step
@@ -76,7 +76,7 @@ class RoundRobin:
             round_ += 1
 
 
-def start_race(target: Target, head: EagleHead | None, prompt: str, entries: Mapping[str, Entry], *,
+def start_race(target: Target, head: DraftHead | None, prompt: str, entries: Mapping[str, Entry], *,
                max_new_tokens: int, sampling: Sampling | None = None) -> RoundRobin:
     """Every entry's generation, created before any runs so that a bad setting or prompt is reported first."""
     sampling = sampling or Sampling()
@@ -86,7 +86,7 @@ def start_race(target: Target, head: EagleHead | None, prompt: str, entries: Map
     return RoundRobin(runs)
 
 
-def race_to_end(target: Target, head: EagleHead | None, prompt: str, entries: Mapping[str, Entry], *,
+def race_to_end(target: Target, head: DraftHead | None, prompt: str, entries: Mapping[str, Entry], *,
              max_new_tokens: int, sampling: Sampling | None = None) -> dict[str, RunTrace]:
     """A whole race without watching it: the traces by entry name."""
     race = start_race(target, head, prompt, entries, max_new_tokens=max_new_tokens, sampling=sampling)
@@ -95,7 +95,7 @@ def race_to_end(target: Target, head: EagleHead | None, prompt: str, entries: Ma
     return race.traces
 
 
-def warm_up(target: Target, head: EagleHead | None) -> None:
+def warm_up(target: Target, head: DraftHead | None) -> None:
     """A few steps of plain decoding and of a small draft tree, thrown away. The first forwards after a load
     pay for memory allocation and kernel setup (the first prefill once took ten times the others'), and
     that cost belongs to no method."""
