@@ -46,7 +46,8 @@ def message_of(out) -> str:
     return value.get("value", "") if isinstance(value, dict) else str(value)
 
 
-def test_run_streams_each_column_then_builds_every_view(models):
+def test_run_streams_each_column_then_builds_every_view(models, monkeypatch):
+    monkeypatch.setattr(app, "STREAM_EVERY_S", 0.0)  # a frame per turn, however fast the machine
     session = app.Session()
     frames = race_run("the cat sat", session)
     assert len(frames) > 3
