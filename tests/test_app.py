@@ -143,6 +143,7 @@ def test_examples_load_without_a_model(monkeypatch):
     models = app.Models(app.ModelConfig(model="no-such-model"))
     monkeypatch.setattr(app, "MODELS", models)
     files = app.example_files()
+    assert sorted(path.stem for path in files.values()) == sorted(example.stem for example in app.EXAMPLE_RUNS)
     session = app.Session()
     for name in files:
         out = outputs(app.load_example(name, True, TREE_MODE, session))
