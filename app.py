@@ -27,7 +27,7 @@ from components.tokens import escape
 from components.verdict import headline_html, verdict
 from components.views import CSS, column_views, race_views, source_name, step_view
 from components.widgets import CheckedNumber, CheckedSlider
-from ddd.models import DEFAULT_MODEL
+from ddd.head import choose_head
 from ddd.race import Entry, race_to_end, start_race
 from ddd.settings import PRECISIONS, SettingsError
 
@@ -44,7 +44,6 @@ except ImportError:  # pragma: no cover - depends on the host
 
 
 ROOT = Path(__file__).resolve().parent
-HEAD_DIR = ROOT / "assets" / "head"
 EXAMPLES_DIR = Path(os.environ.get("DDD_EXAMPLES") or ROOT / "assets" / "examples")
 STREAM_EVERY_S = 0.12
 EXAMPLE_PROMPTS = [
@@ -122,16 +121,6 @@ class ModelConfig:
         return cls(os.environ.get("DDD_MODEL") or None, os.environ.get("DDD_HEAD") or None,
                    os.environ.get("DDD_DEVICE") or None, os.environ.get("DDD_DTYPE") or None)
 
-    def head_source(self) -> str | None:
-        """The head directory to load, or None for a random head."""
-        if self.head == "random":
-            return None
-        if self.head:
-            return self.head
-        if self.model in (None, DEFAULT_MODEL) and (HEAD_DIR / "config.json").exists():
-            return str(HEAD_DIR)
-        return None
-
 
 class Models:
     """The target and draft head in one precision, loaded on first use and reloaded when a race asks for
@@ -183,11 +172,10 @@ class Models:
 
     def describe(self) -> str:
         model = source_name(self.config.model) if self.config.model else "smollm2-135m-instruct (embedded default)"
-        source = self.config.head_source()
-        head = source_name(source) if source else "random (untrained)"
+        choice = choose_head(self.config.head, self.config.model)
         state = f"loaded in {self.target.precision}" if self.loaded else "loads on the first Run"
-        text = f"**Model:** {model} · **draft head:** {head} · *{state}*"
-        if source is None:
+        text = f"**Model:** {model} · **draft head:** {choice.label} · *{state}*"
+        if choice.source is None:
             text += ("\n\n<div class='note-box'>No trained draft head: a random head drafts almost nothing the target "
                      "accepts, so the speculative columns will be slow. The recorded examples were made with a trained head.</div>")
         return text

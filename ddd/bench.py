@@ -320,7 +320,7 @@ def machine_info(target) -> dict[str, Any]:
 
 
 def load_models(args, specs: list[RunSpec]):
-    from .head import SHIPPED_HEAD, HeadLoadError, resolve_head
+    from .head import HeadLoadError, resolve_head
     from .models import ModelLoadError, load_target
     from .settings import SettingsError, method_settings
 
@@ -330,18 +330,13 @@ def load_models(args, specs: list[RunSpec]):
         raise BenchError(str(err)) from None
     head = None
     if any(s.method in HEAD_METHODS for s in specs):
-        shipped = args.model is None and (SHIPPED_HEAD / "config.json").exists()
-        choice = args.head or (str(SHIPPED_HEAD) if shipped else None)
-        if choice is None:
-            raise BenchError("eagle, eagle2 and ddd need a draft head: pass --head DIR (a trained head, e.g. from "
-                             "`python -m ddd.train`) or --head random (an untrained one: it measures overheads, "
-                             "not real speedups), or leave those methods out of --methods.")
         try:
-            head, _ = resolve_head(choice, target)
+            head, note = resolve_head(args.head, target)
         except (HeadLoadError, OSError, ValueError) as err:
             raise BenchError(str(err) if isinstance(err, HeadLoadError) else
-                             f"Cannot load the draft head {choice}: {err}") from None
-        head.name = "random (untrained)" if choice == "random" else choice
+                             f"Cannot load the draft head {args.head}: {err}") from None
+        if note:
+            print(f"note: {note}", file=sys.stderr)
     for spec in specs:
         if spec.ours:
             try:

@@ -13,6 +13,7 @@ from __future__ import annotations
 import json
 from abc import ABC, abstractmethod
 from collections.abc import Callable
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -369,7 +370,6 @@ def load_head(directory: str | Path, target: Target) -> DraftHead:
     # The checks above cover what we know can go wrong; this catches config combinations nobody listed.
     except Exception as err:
         raise HeadLoadError(f"The head at {directory} fails on a test input: {_one_line(err)}") from None
-    head.name = str(directory)
     return for_target(head, target)
 
 
@@ -383,18 +383,32 @@ def for_target(head: DraftHead, target: Target) -> DraftHead:
     return head
 
 
-def resolve_head(spec: str | None, target: Target) -> tuple[DraftHead, str]:
-    """The head a user asked for: a directory, "random", or None for the shipped head of the default model.
+@dataclass
+class HeadChoice:
+    """Which head goes with a target, and why: what the app, the CLI and the benchmark all load."""
 
-    Returns the head and a note for the user when it is not the one they might expect.
-    """
+    source: str | None  # a head directory, or None for a randomly initialised head
+    label: str  # how pages and reports name it (never a local path)
+    note: str  # for the user, when it is not a trained head they asked for
+
+
+def choose_head(spec: str | None, model: str | None) -> HeadChoice:
+    """The one rule: a directory is loaded as given; "random" is an untrained head; with neither, the shipped
+    head goes with the default model and any other model gets a random head, with a note saying so."""
+    random_note = "Using a randomly initialised draft head: speculative methods will accept almost nothing."
     if spec == "random":
-        head = for_target(new_head(target), target)
-        head.name = "random"
-        return head, "Using a randomly initialised draft head: speculative methods will accept almost nothing."
-    if spec is None:
-        if target.name == DEFAULT_MODEL and (SHIPPED_HEAD / "config.json").exists():
-            return load_head(SHIPPED_HEAD, target), ""
-        head, _ = resolve_head("random", target)
-        return head, f"No trained draft head for {target.name} was given (--head DIR): using a random head."
-    return load_head(spec, target), ""
+        return HeadChoice(None, "random (untrained)", random_note)
+    if spec:
+        return HeadChoice(spec, Path(spec).name or spec, "")
+    if model in (None, DEFAULT_MODEL) and (SHIPPED_HEAD / "config.json").exists():
+        return HeadChoice(str(SHIPPED_HEAD), "shipped head", "")
+    return HeadChoice(None, "random (untrained)",
+                      f"No trained draft head for {model or DEFAULT_MODEL} was given (--head DIR): using a random head.")
+
+
+def resolve_head(spec: str | None, target: Target) -> tuple[DraftHead, str]:
+    """The head `choose_head` picks for `target`, loaded; returns it and the note for the user."""
+    choice = choose_head(spec, target.name)
+    head = load_head(choice.source, target) if choice.source else for_target(new_head(target), target)
+    head.name = choice.label
+    return head, choice.note

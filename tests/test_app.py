@@ -165,12 +165,10 @@ def test_loading_a_broken_or_foreign_file_says_why(tmp_path):
 
 
 def test_head_fallback_note(tmp_path, monkeypatch):
-    monkeypatch.setattr(app, "HEAD_DIR", tmp_path / "missing")
-    config = app.ModelConfig()
-    assert config.head_source() is None
-    assert "random" in app.Models(config).describe()
-    assert app.ModelConfig(head="random").head_source() is None
-    assert app.ModelConfig(head="/some/dir").head_source() == "/some/dir"
+    import ddd.head
+
+    monkeypatch.setattr(ddd.head, "SHIPPED_HEAD", tmp_path / "missing")
+    assert "random" in app.Models(app.ModelConfig()).describe()
 
 
 def test_model_and_head_from_args_or_environment(monkeypatch):

@@ -94,3 +94,16 @@ def test_missing_head_files(tmp_path, llama):
     (tmp_path / "config.json").write_text("{}")
     with pytest.raises(HeadLoadError, match="No head weights"):
         load_head(tmp_path, llama)
+
+
+def test_one_rule_picks_the_head_for_every_caller(tmp_path):
+    from ddd.head import SHIPPED_HEAD, choose_head
+    from ddd.models import DEFAULT_MODEL
+
+    assert choose_head(None, DEFAULT_MODEL).source == str(SHIPPED_HEAD)
+    assert choose_head(None, DEFAULT_MODEL).label == "shipped head"
+    other = choose_head(None, "some/model")
+    assert other.source is None and "using a random head" in other.note
+    assert choose_head("random", DEFAULT_MODEL).source is None
+    given = choose_head(str(tmp_path / "my-head"), "some/model")
+    assert given.source == str(tmp_path / "my-head") and given.label == "my-head" and given.note == ""
