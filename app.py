@@ -80,14 +80,14 @@ EXAMPLE_RUNS = [
 ]
 # Setting presets (the six tree settings of the panel). The papers' values suit 7B targets on a GPU, where
 # verifying 60 tokens costs about what one token costs. On a CPU verification grows with the tree; the CPU
-# preset verifies 6 tokens, a little more than the fastest 3-4 that `python -m ddd budget --dtype int8`
-# found, so that the trees and DDD's depth choice stay visible (predicted in int8: DDD 1.03x, EAGLE-2 0.94x).
+# preset verifies a few more tokens than the fastest settings `python -m ddd budget --dtype int8` finds, so
+# that the trees and DDD's depth choice stay visible (README: results on a 2-core CPU).
 PRESETS = {
     "papers (GPU)": dict(e_top_k=10, e_calls=6, e_total=60, d_calls=11, d_checks="5,7,9", d_threshold=-0.3),
     "small CPU model": dict(e_top_k=8, e_calls=3, e_total=6, d_calls=8, d_checks="all", d_threshold=-0.3),
 }
-# The CPU's starting precision. int8 makes a verified tree cheap (4 tokens cost 1.2 plain steps against 1.7
-# in float32), which is where speculative decoding starts to pay on a CPU (README: 1.03x against 0.83x); its
+# The CPU's starting precision. int8 makes a verified tree cheaper relative to one plain step than float32
+# does, which is where speculative decoding starts to pay on a CPU (README: results on a 2-core CPU); its
 # answers drift from float32's (README: precision modes), and the panel switches back in one click.
 CPU_PRECISION = "int8"
 PRECISION_INFO = ("int8 (CPU only): verifying a tree costs least, so speculative decoding pays most; its answers "
