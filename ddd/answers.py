@@ -18,7 +18,7 @@ import torch
 from tqdm import tqdm
 from transformers import DynamicCache
 
-from .training import DEFAULT_PROMPTS, TrainError, prompt_ids, read_prompts
+from .training import DEFAULT_PROMPTS, TrainError, add_machine_arguments, prompt_ids, read_prompts
 
 SHARD_GLOB = "shard_*.pt"
 DATA_FORMAT = 2  # 2: greedy and sampled rows share one decoding loop (1: separate generate() calls)
@@ -225,8 +225,6 @@ def add_parser(sub) -> None:
     p = sub.add_parser("data", help="generate the target's own answers and store its features")
     p.add_argument("--prompts", default=DEFAULT_PROMPTS, help="JSONL with `prompt` (or MT-bench `turns`)")
     p.add_argument("--out", required=True, help="directory for meta.json and shard_*.pt")
-    p.add_argument("--model", default=None, help="target model: default SmolLM2-135M-Instruct, or a local dir / hub id")
-    p.add_argument("--device", default="cpu")
     p.add_argument("--limit", type=int, default=None, help="use this many prompts (a seeded shuffle of the file)")
     p.add_argument("--max-new-tokens", type=int, default=200)
     p.add_argument("--max-prompt-tokens", type=int, default=320, help="longer questions are cut to fit")
@@ -234,6 +232,5 @@ def add_parser(sub) -> None:
     p.add_argument("--shard-size", type=int, default=64, help="prompts per shard file (the unit of resuming)")
     p.add_argument("--sampled-fraction", type=float, default=0.3, help="share of answers sampled instead of greedy")
     p.add_argument("--temperature", type=float, default=0.7, help="temperature of the sampled answers")
-    p.add_argument("--seed", type=int, default=0)
-    p.add_argument("--threads", type=int, default=0, help="torch CPU threads (0: torch's default)")
+    add_machine_arguments(p)
     p.set_defaults(func=cmd_data)

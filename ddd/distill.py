@@ -28,8 +28,8 @@ import torch.nn.functional as F
 from transformers import DynamicCache
 
 from .jsonl import read_jsonl
-from .training import (Optimiser, Progress, TrainError, choose_draft_vocab, epoch_batches, length_batches, log_record,
-                       read_checkpoint, read_prompts, restore, write_checkpoint)
+from .training import (Optimiser, Progress, TrainError, add_machine_arguments, choose_draft_vocab, epoch_batches,
+                       length_batches, log_record, read_checkpoint, read_prompts, restore, write_checkpoint)
 
 DEFAULT_CORPUS = ("../shared/data/corpus/alpaca_eval_open_models.jsonl", "../shared/data/corpus/gsm8k_train.jsonl")
 HELDOUT_EVERY = 50  # one prompt in 50 (by a hash of its text) is held out, with every answer to it
@@ -112,8 +112,11 @@ def teach(target, head, batch: Batch, bf16: bool, argmax: bool = False) -> Teach
         out = target.model.model(input_ids=batch.ids.to(target.device), output_hidden_states=head.hidden_state_ids)
         aux = head.target_features(out).float()
         last = out.last_hidden_state
-        draft_logits = (last @ target.lm_weight[vocab].T).float()
-        best = (last @ target.lm_weight.T).argmax(-1) if argmax else None
+        if argmax:  # evaluation: the whole vocabulary's logits, of which the draft's are a subset
+            logits = last @ target.lm_weight.T
+            best, draft_logits = logits.argmax(-1), logits[..., vocab].float()
+        else:
+            best, draft_logits = None, (last @ target.lm_weight[vocab].T).float()
     return Teacher(aux, F.log_softmax(draft_logits, dim=-1), best)
 
 
@@ -355,8 +358,6 @@ def add_parser(sub) -> None:
                    help="JSONL files of {prompt, response} rows (default: the shared corpus)")
     p.add_argument("--prompts", default="../shared/data/train_prompts.jsonl",
                    help="JSONL of prompts, read as user turns alone ('' for none)")
-    p.add_argument("--model", default=None, help="target model: default SmolLM2-135M-Instruct, or a local dir / hub id")
-    p.add_argument("--device", default="cpu")
     p.add_argument("--init", default=None, help="start from this EAGLE-3 head (a directory) instead of a new one")
     p.add_argument("--steps", type=int, default=3000, help="length of the learning-rate schedule, over all stages")
     p.add_argument("--minutes", type=float, default=110, help="this run stops, saved, after this many minutes")
@@ -379,6 +380,5 @@ def add_parser(sub) -> None:
     p.add_argument("--ckpt-minutes", type=float, default=10, help="save a checkpoint and the head this often")
     p.add_argument("--ckpt-dir", default="runs/distill-ckpt", help="checkpoint (and tokenised texts) for --resume")
     p.add_argument("--resume", action="store_true", help="continue from the checkpoint in --ckpt-dir")
-    p.add_argument("--seed", type=int, default=0)
-    p.add_argument("--threads", type=int, default=0, help="torch CPU threads (0: torch's default)")
+    add_machine_arguments(p)
     p.set_defaults(func=cmd_distill)

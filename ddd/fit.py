@@ -23,8 +23,8 @@ from tqdm import tqdm
 from transformers import DynamicCache
 
 from .answers import load_samples
-from .training import (Optimiser, Progress, TrainError, choose_draft_vocab, epoch_batches, length_batches,
-                       read_checkpoint, read_prompts, restore, write_checkpoint)
+from .training import (Optimiser, Progress, TrainError, add_machine_arguments, choose_draft_vocab, epoch_batches,
+                       length_batches, read_checkpoint, read_prompts, restore, write_checkpoint)
 
 COVERAGE_SIZES = (1024, 2048, 4096, 8192, 16384, 32768)
 
@@ -376,8 +376,6 @@ def add_parser(sub) -> None:
     p = sub.add_parser("fit", help="train a draft head on data made by `data`")
     p.add_argument("--data", required=True, help="directory written by `python -m ddd.train data`")
     p.add_argument("--out", required=True, help="where the head goes (config.json + model.safetensors)")
-    p.add_argument("--model", default=None, help="target model (default: the one the data was made with)")
-    p.add_argument("--device", default="cpu")
     p.add_argument("--steps", type=int, default=600)
     p.add_argument("--batch-tokens", type=int, default=2048, help="padded tokens per batch")
     p.add_argument("--lr", type=float, default=1e-3)
@@ -402,6 +400,5 @@ def add_parser(sub) -> None:
     p.add_argument("--ckpt-every", type=int, default=50)
     p.add_argument("--ckpt-dir", default="runs/head-ckpt", help="checkpoints for --resume")
     p.add_argument("--resume", action="store_true", help="continue from the checkpoint in --ckpt-dir")
-    p.add_argument("--seed", type=int, default=0)
-    p.add_argument("--threads", type=int, default=0, help="torch CPU threads (0: torch's default)")
+    add_machine_arguments(p, "target model (default: the one the data was made with)")
     p.set_defaults(func=cmd_fit)

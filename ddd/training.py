@@ -190,3 +190,12 @@ def restore(state: dict, head: torch.nn.Module, optimiser: Optimiser) -> Progres
 
 def log_record(record: dict) -> None:
     print(" ".join(f"{k}={v:.4g}" if isinstance(v, float) else f"{k}={v}" for k, v in record.items()), flush=True)
+
+
+def add_machine_arguments(parser, model_help: str = "target model: default SmolLM2-135M-Instruct, or a local dir / "
+                                                   "hub id") -> None:
+    """The arguments every stage takes: which target, where it runs, how many threads, which seed."""
+    parser.add_argument("--model", default=None, help=model_help)
+    parser.add_argument("--device", default="cpu")
+    parser.add_argument("--threads", type=int, default=0, help="torch CPU threads (0: torch's default)")
+    parser.add_argument("--seed", type=int, default=0)
