@@ -2,7 +2,7 @@
 from __future__ import annotations
 
 from .race import METHOD_LABELS, Race
-from .verdict import BLOCK_ROUNDS, CONFIDENCE, RESAMPLES
+from .verdict import BLOCK_ROUNDS, CONFIDENCE, RESAMPLES, SMALLEST_CALLED
 
 INTRO = """
 ### What you are looking at
@@ -59,7 +59,8 @@ slowed tenfold by another program says nothing about the method. Whether a diffe
 from the race's own noise: a bootstrap redraws the race's rounds {RESAMPLES} times (in blocks of
 {BLOCK_ROUNDS} consecutive rounds, since a busy spell lasts a while; rounds that two methods shared are drawn
 together) and recomputes the speedup each time. When the middle {CONFIDENCE:.0%} of those speedups includes
-1.00, the two are called a tie.
+1.00, the two are called a tie; so is a difference under {SMALLEST_CALLED - 1:.0%}, since on a shared machine
+two identical decoders drift that far apart now and then.
 """
 
 REFERENCES = """

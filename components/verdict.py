@@ -5,7 +5,9 @@ every step counted at the median time of the steps of the same shape (draft call
 shared machine single steps now and then take ten times their usual time, and such a spike says nothing
 about the method. The noise comes from the race itself: the decoders took turns, so round r holds step r of
 each, and a block bootstrap over rounds (blocks of consecutive rounds, since a busy spell lasts a while;
-rounds that two runs share are drawn together) resamples the race many times. A difference whose 95% interval includes "equal" is a tie.
+rounds that two runs share are drawn together) resamples the race many times. A difference whose 95% interval
+includes "equal" is a tie, and so is one under SMALLEST_CALLED: on a shared machine a few percent come and go
+between identical decoders, more than one race's own resampling shows, and no one chooses a method for them.
 """
 from __future__ import annotations
 
@@ -24,6 +26,12 @@ CONFIDENCE = 0.95
 RESAMPLES = 1000
 BLOCK_ROUNDS = 4
 MIN_STEPS = 4  # fewer decode steps than this cannot show a difference
+SMALLEST_CALLED = 1.05  # a speed ratio nearer 1 than this is called a tie, whatever its interval
+
+
+def too_close(ratio: float, low: float, high: float) -> bool:
+    """Whether a speed ratio with its interval is a tie: the interval includes 1, or the ratio is under 5% off."""
+    return low <= 1.0 <= high or 1 / SMALLEST_CALLED < ratio < SMALLEST_CALLED
 
 
 @dataclass
@@ -45,7 +53,7 @@ class Standing:
     @property
     def tie(self) -> bool:
         """Not told apart from the reference by this race."""
-        return self.low <= 1.0 <= self.high
+        return too_close(self.speedup, self.low, self.high)
 
 
 @dataclass
@@ -153,8 +161,7 @@ def verdict(traces: Mapping[str, RunTrace], reference: str = "plain") -> Verdict
     leaders = [fastest.name]
     for s in standings:
         if s is not fastest:
-            _, low, high = speed_ratio(traces[fastest.name], traces[s.name])
-            if not decided or high >= 1.0 >= low:
+            if not decided or too_close(*speed_ratio(traces[fastest.name], traces[s.name])):
                 leaders.append(s.name)
     return Verdict(reference, standings, leaders, decided, _headline(standings, leaders, decided), _why(standings))
 
@@ -162,11 +169,11 @@ def verdict(traces: Mapping[str, RunTrace], reference: str = "plain") -> Verdict
 def _headline(standings: list[Standing], leaders: list[str], decided: bool) -> str:
     ref, others = standings[0], standings[1:]
     figures = ", ".join(
-        f"{s.label} {s.speedup:.2f}× {ref.label.lower()}" + (" (within noise)" if s.tie else "") for s in others)
+        f"{s.label} {s.speedup:.2f}× {ref.label.lower()}" + (" (too close to call)" if s.tie else "") for s in others)
     if not decided:
         return f"Too short to call: {figures}. A few more tokens would let the race tell its noise from a difference."
     if len(leaders) == len(standings):
-        return f"A tie: {figures}, all within this race's own noise."
+        return f"A tie: {figures}, all too close to call in this race."
     names = [label_of(n) for n in leaders]
     lead = f"{names[0]} wins" if len(names) == 1 else f"{' and '.join(names)} tie for the lead"
     return f"{lead}: {figures}."

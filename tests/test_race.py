@@ -101,6 +101,9 @@ def test_verdict_on_known_times():
     assert faster.leaders == ["ddd"] and not ddd.tie and ddd.speedup == pytest.approx(2 / 1.2, rel=0.01)
     assert faster.headline.startswith("DDD wins: DDD 1.67× plain") and "tau 2.00" in faster.why
     assert "Prefill, timed apart: Plain 50, DDD 50 ms" in faster.why
+    steady = [10.0] * 24
+    slightly = verdict({"plain": trace_of("plain", steady), "ddd": trace_of("ddd", [m * 0.97 for m in steady])})
+    assert slightly.standings[1].tie and slightly.headline.startswith("A tie")  # 3% is not called, however steady
     short = verdict({"plain": trace_of("plain", [10, 10]), "ddd": trace_of("ddd", [5, 5])})
     assert not short.decided and short.headline.startswith("Too short")
     assert verdict({"plain": trace_of("plain", noisy)}) is None
