@@ -5,7 +5,7 @@ from ddd.metrics import summarize
 from ddd.trace import RunTrace, Step
 
 from .race import METHOD_LABELS
-from .tokens import escape, visible
+from .tokens import escape
 
 LEGEND = ('<span class="tok-draft">accepted draft tokens</span> '
           '<span class="tok-target">tokens the target produced itself (bonus)</span>')
@@ -27,10 +27,9 @@ def split_step(step: Step) -> list[tuple[str, str]]:
 
 
 def answer_html(trace: RunTrace | None, *, upto: int | None = None, current: int | None = None,
-                shade: bool = True, placeholder: str = "", steps: list[Step] | None = None,
-                cursor: bool = False) -> str:
-    """The text of `trace` (or of `steps`) up to step `upto`; the step `current` is outlined."""
-    steps = steps if steps is not None else (trace.steps if trace is not None else [])
+                shade: bool = True, placeholder: str = "", cursor: bool = False) -> str:
+    """The text of `trace` up to step `upto`; the step `current` is outlined."""
+    steps = trace.steps if trace is not None else []
     if upto is not None:
         steps = steps[: upto + 1]
     if not steps:
@@ -74,13 +73,3 @@ def counters_html(method: str, steps: list[Step], status: str = "") -> str:
                      for k, v in items)
     return (f'<div class="counters"><b>{escape(name)}</b> {badges}'
             f'<span class="status">{escape(status)}</span></div>')
-
-
-def step_caption(trace: RunTrace | None, index: int) -> str:
-    """A short line naming the step a view is at (or that the run had already finished)."""
-    if trace is None or not trace.steps:
-        return ""
-    if index >= len(trace.steps):
-        return f"{METHOD_LABELS.get(trace.method, trace.method)} had finished after step {len(trace.steps) - 1}."
-    step = trace.steps[index]
-    return f"step {index}: " + escape(visible(step.text, empty="(no text)"))

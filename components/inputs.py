@@ -181,26 +181,6 @@ def race_inputs(prompt: Any, max_new_tokens: Any, temperature: Any, top_p: Any, 
                       **values)
 
 
-def prompt_tokens(target: Any, prompt: str, max_new_tokens: int, device: str) -> int:
-    """The prompt's token count, if it fits this device's budget and, with its answer, the model's context."""
-    from ddd import PromptError, encode_prompt
-
-    try:
-        count = len(encode_prompt(target, prompt))
-    except PromptError as err:
-        raise InputError(str(err)) from err
-    budget = BUDGETS["cuda" if device.startswith("cuda") else "cpu"]
-    if count > budget.prompt_tokens:
-        raise InputError(f"The prompt is {count:,} tokens long; a race here reads at most {budget.prompt_tokens:,} "
-                         f"prompt tokens ({budget.why}): shorten the prompt.")
-    context = target.context_limit
-    if count + max_new_tokens > context:
-        raise InputError(f"The prompt ({count:,} tokens) and {max_new_tokens:,} new tokens do not fit the model's "
-                         f"context of {context:,} tokens: shorten the prompt or lower max new tokens to at most "
-                         f"{max(context - count, 0):,}.")
-    return count
-
-
 def replay_speed(value: Any) -> float:
     """'2×' (the radio's labels), or a number from the API, as a factor in 0.1..16."""
     raw = str(value if value is not None else "").strip().rstrip("×x").strip()

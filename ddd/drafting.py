@@ -89,11 +89,6 @@ class HeadRunner:
         if removed:
             self.cache.crop(-removed)
 
-    def crop(self, length: int) -> None:
-        removed = self.context_length - length
-        if removed > 0:
-            self.cache.crop(-removed)
-
 
 @dataclass
 class Draft:

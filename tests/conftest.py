@@ -1,6 +1,17 @@
+import os
+import socket
+import subprocess
+import sys
+import time
+import urllib.request
+from pathlib import Path
+
 import pytest
 
 from tests.tiny import fit_eagle3_head, fit_head, load_tiny, save_tiny_model
+
+ROOT = Path(__file__).resolve().parents[1]
+EXAMPLES_DIR = ROOT / "assets" / "examples"
 
 
 @pytest.fixture(scope="session")
@@ -36,3 +47,67 @@ def qwen_head(qwen):
 @pytest.fixture(scope="session")
 def llama_eagle3_head(llama):
     return fit_eagle3_head(llama)
+
+
+@pytest.fixture
+def page(llama, llama_head):
+    """The app's page over the tiny model and its fitted head, already loaded in float32."""
+    from explorer.examples import ExampleShelf
+    from explorer.models import ModelConfig, Models
+    from explorer.page import build_page
+
+    models = Models(ModelConfig(model="tiny", head="tiny"))
+    models.target, models.head = llama, llama_head
+    return build_page(models, ExampleShelf(EXAMPLES_DIR))
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+class AppServer:
+    """`python app.py` on the tiny model, on 127.0.0.1 and a free port."""
+
+    def __init__(self, model_dir: Path, head_dir: Path, log: Path, env: dict | None = None):
+        self.port = free_port()
+        self.url = f"http://127.0.0.1:{self.port}/"
+        self.log = log
+        full_env = {**os.environ, "OMP_NUM_THREADS": "1", "GRADIO_ANALYTICS_ENABLED": "False", **(env or {})}
+        self.proc = subprocess.Popen(
+            [sys.executable, str(ROOT / "app.py"), "--model", str(model_dir), "--head", str(head_dir),
+             "--host", "127.0.0.1", "--port", str(self.port)],
+            cwd=ROOT, env=full_env, stdout=log.open("w"), stderr=subprocess.STDOUT)
+
+    def wait(self, timeout: float = 120) -> "AppServer":
+        deadline = time.monotonic() + timeout
+        while time.monotonic() < deadline:
+            if self.proc.poll() is not None:
+                raise RuntimeError(f"the app exited:\n{self.log.read_text()[-3000:]}")
+            try:
+                with urllib.request.urlopen(self.url, timeout=2) as reply:
+                    if reply.status == 200:
+                        return self
+            except OSError:
+                time.sleep(0.5)
+        raise TimeoutError(f"the app did not start within {timeout} s:\n{self.log.read_text()[-3000:]}")
+
+    def close(self) -> None:
+        self.proc.terminate()
+        try:
+            self.proc.wait(timeout=15)
+        except subprocess.TimeoutExpired:
+            self.proc.kill()
+            self.proc.wait()
+
+
+@pytest.fixture(scope="module")
+def app_server(tiny_llama_dir, llama_head, tmp_path_factory):
+    """The app as a server on the tiny model and its fitted head, showing the shipped examples."""
+    from ddd import save_head
+
+    work = tmp_path_factory.mktemp("app")
+    server = AppServer(tiny_llama_dir, save_head(llama_head, work / "head"), work / "app.log").wait()
+    yield server
+    server.close()

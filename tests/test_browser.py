@@ -18,8 +18,6 @@ from pathlib import Path
 
 import pytest
 
-from tests.test_app import app_server  # noqa: F401  (the running app, a fixture)
-
 CHROMIUM = Path("/usr/bin/chromium")
 OUT = Path(__file__).resolve().parents[1] / "out"
 FLAGS = ["--headless", "--no-sandbox", "--disable-gpu", "--disable-background-networking",

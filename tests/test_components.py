@@ -18,9 +18,9 @@ from components.replay import duration, frame_times, steps_done
 from components.tokens import visible
 from components.tree import BONUS, COLORS, GHOST_COLOR, build_graph, layout, tree_figure
 from components.verdict import verdict
-from components.views import race_views, step_view
 from ddd.metrics import summarize
 from ddd.trace import SCHEMA_VERSION, DepthCheck, DraftNode, RunTrace, Step
+from tests.tiny import record_tiny_race, render_everything
 
 EXAMPLES = sorted((Path(__file__).resolve().parents[1] / "assets" / "examples").glob("*.json"))
 
@@ -433,24 +433,7 @@ def test_about_fills_in_the_cost_model():
 
 @pytest.fixture(scope="module")
 def tiny_race(llama, llama_head):
-    from tests.test_app import tiny_race as record
-
-    return record(llama, llama_head, "the cat sat")
-
-
-def render_everything(race: Race) -> int:
-    views = race_views(race)
-    assert views["timeline"].data and len(views["summary"]) == len(race.methods)
-    for method in race.methods:
-        assert views["columns"][list(("plain", "eagle2", "ddd")).index(method)].count('class="step') >= 1
-    steps = views["steps"]
-    for index in range(steps):
-        view = step_view(race, index)
-        assert view.eagle2_tree.layout.title.text or view.eagle2_tree.layout.annotations
-        assert view.ddd_tree.layout.title.text or view.ddd_tree.layout.annotations
-        assert view.narration and view.depth.data
-        assert 'class="step cur"' in view.ddd_text or index >= len(race.traces["ddd"].steps)
-    return steps
+    return record_tiny_race(llama, llama_head, "the cat sat")
 
 
 def test_recorded_tiny_race_renders_every_step(tiny_race, tmp_path):

@@ -232,10 +232,9 @@ def test_old_traces_without_a_head_kind_load_as_eagle_runs():
 
 def test_the_views_render_an_eagle3_race(llama, llama_eagle3_head, tmp_path):
     from components import Race
-    from tests.test_app import tiny_race
-    from tests.test_components import render_everything
+    from tests.tiny import record_tiny_race, render_everything
 
-    race = tiny_race(llama, llama_eagle3_head, "one two three")
+    race = record_tiny_race(llama, llama_eagle3_head, "one two three")
     assert {race.traces[m].head_kind for m in ("eagle2", "ddd")} == {"eagle3"}
     back = Race.load(race.save(tmp_path / "race.json", compact=True))
     assert back.traces["ddd"].head_kind == "eagle3"

@@ -17,13 +17,16 @@ from typing import Any, Callable
 
 import pytest
 
-import app
 from components import RaceFileError
 from components.exports import ExportStore
-from components.inputs import InputError, prompt_tokens, race_inputs, replay_speed, step_index
+from components.inputs import InputError, race_inputs, replay_speed, step_index
 from components.runfile import FileLimits, load_race
-from tests.test_app import SETTINGS, TREE_MODE, app_server, models, outputs  # noqa: F401  (fixtures)
+from explorer.layout import RACE_OUTPUTS
+from explorer.racing import prompt_tokens
+from explorer.sessions import Session
 from tests.test_components import hand_race
+from tests.tiny import RACE_SETTINGS as SETTINGS
+from tests.tiny import TREE_MODE, message_of, race_frames
 
 BARE = "has not enabled verbose error reporting"  # gradio_client's words for an exception with no message
 CALL_TIMEOUT_S = 60
@@ -360,67 +363,62 @@ def test_step_index_stays_in_range(value, expected):
 # The app's callbacks: Stop at every stage, one-step races, escaped messages.
 # ---------------------------------------------------------------------------------------------------
 
-def message_text(out: dict) -> str:
-    value = out["message"]
-    return value.get("value", "") if isinstance(value, dict) else str(value)
-
-
-def test_stop_while_queued_cancels_the_race(models):
-    session = app.Session()
-    app.mark_queued(session)
-    assert app.request_stop(session).startswith("Stopped: the race waiting")
-    frames = [outputs(v) for v in app.run_race("the cat sat", *SETTINGS, True, TREE_MODE, session)]
-    assert len(frames) == 1 and "nothing ran" in message_text(frames[0]) and session.race is None
+def test_stop_while_queued_cancels_the_race(page):
+    session = Session()
+    page.runner.mark_queued(session)
+    assert page.runner.request_stop(session).startswith("Stopped: the race waiting")
+    frames = race_frames(page, "the cat sat", session)
+    assert len(frames) == 1 and "nothing ran" in message_of(frames[0]) and session.race is None
     assert not session.queued and not session.stop_requested and not session.busy
 
 
-def test_stop_while_loading_runs_nothing_and_keeps_the_shown_race(models, monkeypatch):
-    session = app.Session(race=hand_race())
+def test_stop_while_loading_runs_nothing_and_keeps_the_shown_race(page, monkeypatch):
+    session, models = Session(race=hand_race()), page.runner.models
     loaded = models.load
 
     def slow_load(precision=None):
-        app.request_stop(session)  # pressed while the model loads
+        page.runner.request_stop(session)  # pressed while the model loads
         return loaded(precision)
 
     monkeypatch.setattr(models, "load", slow_load)
-    frames = [outputs(v) for v in app.run_race("the cat sat", *SETTINGS, True, TREE_MODE, session)]
-    assert "Stopped while the model was loading" in message_text(frames[-1])
+    frames = race_frames(page, "the cat sat", session)
+    assert "Stopped while the model was loading" in message_of(frames[-1])
     assert session.race.title == "hand race" and not session.busy
 
 
-def test_stop_before_the_first_token_keeps_the_shown_race(models, monkeypatch):
-    session = app.Session(race=hand_race())
+def test_stop_before_the_first_token_keeps_the_shown_race(page, monkeypatch):
+    session = Session(race=hand_race())
 
     class StopWhileWaiting:
         """The model lock, taken just as Stop is pressed: no method has produced a token yet."""
 
         def __enter__(self):
-            app.request_stop(session)
+            page.runner.request_stop(session)
 
         def __exit__(self, *exc):
             return False
 
-    monkeypatch.setattr(models, "lock", StopWhileWaiting())
-    frames = [outputs(v) for v in app.run_race("the cat sat", *SETTINGS, True, TREE_MODE, session)]
-    assert "Stopped before any method produced a token" in message_text(frames[-1])
+    monkeypatch.setattr(page.runner.models, "lock", StopWhileWaiting())
+    frames = race_frames(page, "the cat sat", session)
+    assert "Stopped before any method produced a token" in message_of(frames[-1])
     assert session.race.title == "hand race" and not session.busy
 
 
-def test_a_one_step_race_gets_a_working_slider(tmp_path):
+def test_a_one_step_race_gets_a_working_slider(tmp_path, page):
     data = race_data()
     for trace in data["traces"].values():
         trace["steps"], trace["summary"] = trace["steps"][:1], {}
     path = tmp_path / "one-step.json"
     path.write_text(json.dumps(data))
-    out = outputs(app.load_file(str(path), True, TREE_MODE, app.Session()))
+    out = page.ui.named(page.viewer.load_file(str(path), True, TREE_MODE, Session()))
     assert out["slider"]["maximum"] > out["slider"]["minimum"] and not out["slider"]["interactive"]
-    assert message_text(out) == ""
+    assert message_of(out) == ""
 
 
-def test_error_messages_are_escaped(tmp_path):
+def test_error_messages_are_escaped(tmp_path, page):
     path = tmp_path / "evil.json"
     path.write_bytes(changed({"format": PAYLOADS[0]}))
-    text = message_text(outputs(app.load_file(str(path), True, TREE_MODE, app.Session())))
+    text = message_of(page.ui.named(page.viewer.load_file(str(path), True, TREE_MODE, Session())))
     assert "<img" not in text and "&lt;img src=x onerror=" in text
 
 
@@ -438,7 +436,7 @@ def run_case(client, api_name: str, *args) -> tuple[str, str]:
     except Exception as err:  # noqa: BLE001 - gradio_client raises AppError and friends; its text is the point
         return "error", str(err)
     if api_name in ("/run", "/load_file"):
-        out = dict(zip(app.RACE_OUTPUT_NAMES, result))
+        out = dict(zip(RACE_OUTPUTS, result))
         return "message", str(out["message"].get("value", "") if isinstance(out["message"], dict) else out["message"])
     return "message", str(result)
 
@@ -489,8 +487,7 @@ def test_over_a_hundred_bad_inputs_over_http_then_a_normal_race(app_server, tmp_
             silent.append(case)
     assert not bare, f"{len(bare)} bare errors: {bare[:10]}"
     assert not silent, f"no message for {silent}"
-    final = dict(zip(app.RACE_OUTPUT_NAMES, client.predict("the cat sat", *SETTINGS, True, TREE_MODE,
-                                                           api_name="/run")))
+    final = dict(zip(RACE_OUTPUTS, client.predict("the cat sat", *SETTINGS, True, TREE_MODE, api_name="/run")))
     assert [row[0] for row in final["summary"]["data"]] == ["Plain", "EAGLE-2", "DDD"]
     assert final["download"]["value"].endswith(".json.gz")
 
@@ -569,8 +566,8 @@ def test_script_payloads_stay_text_in_the_browser(app_server, tmp_path):
         browser.close()
 
 
-def test_gradio_drops_its_old_file_copies():
+def test_gradio_drops_its_old_file_copies(page):
     from components.exports import CACHE_CLEANUP
 
-    demo = app.build_demo()
+    demo = page.demo
     assert demo.delete_cache == CACHE_CLEANUP and CACHE_CLEANUP[1] <= 3600

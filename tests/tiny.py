@@ -137,3 +137,60 @@ def write_broken_head(directory: Path, target: Target, kind: str) -> Path:
     state.pop("midlayer.mlp.down_proj.weight" if kind == "eagle3" else "layers.0.mlp.down_proj.weight")
     save_file({k: v.contiguous() for k, v in state.items()}, directory / "model.safetensors")
     return directory
+
+
+# The app on the tiny model: the Run button's settings in the panel's order (max_new_tokens, temperature,
+# top_p, seed, precision, EAGLE-2 top_k / draft calls / total tokens, DDD max calls / checks / threshold).
+RACE_SETTINGS = [24, 0.0, 1.0, 0, "float32", 4, 4, 20, 8, "3,5,7", -0.3]
+TREE_MODE = "verified + best dropped"
+
+
+def race_frames(page, prompt: str, session, settings: list = RACE_SETTINGS) -> list[dict]:
+    """Every update of one Run, each as {output name: value}."""
+    return [page.ui.named(v) for v in page.runner.run_race(prompt, *settings, True, TREE_MODE, session)]
+
+
+def race_stopped_once_started(page, session, prompt: str = "one two three") -> tuple[list[dict], list[str]]:
+    """A long Run with Stop pressed as soon as every column streams: its updates and what Stop answered."""
+    page.runner.stream_every_s = 0.0
+    frames, answers = [], []
+    for values in page.runner.run_race(prompt, 200, *RACE_SETTINGS[1:], True, TREE_MODE, session):
+        frames.append(page.ui.named(values))
+        if "running" in str(frames[-1].get("cnt_ddd", "")) and not session.stop_requested:
+            answers.append(page.runner.request_stop(session))
+    return frames, answers
+
+
+def message_of(out: dict) -> str:
+    value = out.get("message", "")
+    return value.get("value", "") if isinstance(value, dict) else str(value)
+
+
+def record_tiny_race(target: Target, head, prompt: str = "one two three"):
+    """A race recorded the way `python app.py --record-examples` records the shipped ones, with a tree the
+    tiny model fills (four levels, twenty verified tokens, DDD checking at three, five and seven calls)."""
+    from explorer.examples import record_race
+    from explorer.models import ModelConfig, Models
+
+    models = Models(ModelConfig(dtype=target.precision))
+    models.target, models.head = target, head
+    return record_race(models, prompt, "tiny example", max_new_tokens=32,
+                       changes=dict(e_top_k=4, e_calls=4, e_total=20, d_checks="3,5,7"))
+
+
+def render_everything(race) -> int:
+    """Draw every view of every step of `race`, checking each shows something; the number of steps drawn."""
+    from components.views import race_views, step_view
+
+    views = race_views(race)
+    assert views["timeline"].data and len(views["summary"]) == len(race.methods)
+    for method in race.methods:
+        assert views["columns"][list(("plain", "eagle2", "ddd")).index(method)].count('class="step') >= 1
+    steps = views["steps"]
+    for index in range(steps):
+        view = step_view(race, index)
+        assert view.eagle2_tree.layout.title.text or view.eagle2_tree.layout.annotations
+        assert view.ddd_tree.layout.title.text or view.ddd_tree.layout.annotations
+        assert view.narration and view.depth.data
+        assert 'class="step cur"' in view.ddd_text or index >= len(race.traces["ddd"].steps)
+    return steps

@@ -1,0 +1,105 @@
+"""The recorded races shipped in assets/examples: found, read once per file version, and recorded again by
+`python app.py --record-examples` with the app's own race loop."""
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from components import Race, RaceFileError
+from components.verdict import verdict
+from ddd.settings import Sampling
+
+from .models import Models
+from .presets import CPU_PRESET, PRESETS, race_entries
+from .racing import RaceRequest, collect, race_events
+
+EXAMPLE_PROMPTS = [
+    "Write a Python function that checks whether a string is a palindrome.",
+    "What is 17 * 24? Explain step by step.",
+    "Count from 1 to 20, separated by commas.",
+    "Tell me a short story about a robot who learns to paint.",
+    "Translate into French: The weather is lovely today and we are going to the beach.",
+    "List three tips for staying focused while studying.",
+]
+CACHED_FILES = 32
+
+
+@dataclass
+class ExampleRun:
+    """A recorded example: its file name, title, prompt, and changes to the CPU preset's tree settings."""
+
+    stem: str
+    title: str
+    prompt: str
+    changes: dict[str, Any] = field(default_factory=dict)
+
+
+EXAMPLE_RUNS = [
+    ExampleRun("code", "Code: a palindrome check", EXAMPLE_PROMPTS[0]),
+    ExampleRun("maths", "Maths: step by step", EXAMPLE_PROMPTS[1]),
+    # At the preset's threshold the shipped head's beam is never confident enough to draft past EAGLE-2's
+    # depth; at -2 DDD drafts deeper where the counting is predictable and shallower where it is not.
+    ExampleRun("counting", "Counting: DDD drafts deeper and shallower than EAGLE-2", EXAMPLE_PROMPTS[2],
+               dict(d_threshold=-2.0)),
+    ExampleRun("story", "A short story", EXAMPLE_PROMPTS[3]),
+    ExampleRun("translation", "Translation into French", EXAMPLE_PROMPTS[4]),
+    ExampleRun("tips", "Advice: a short list", EXAMPLE_PROMPTS[5]),
+]
+
+
+class ExampleShelf:
+    """The example races in one folder, each parsed once per file version (views never modify a race, so
+    sessions share it)."""
+
+    def __init__(self, directory: Path):
+        self.directory = Path(directory)
+        self._cache: dict[tuple[str, float], Race] = {}
+
+    def files(self) -> dict[str, Path]:
+        """Example files by display name (their title, else the file name)."""
+        out: dict[str, Path] = {}
+        for path in sorted(self.directory.glob("*.json")):
+            try:
+                title = self.read(path).title or path.stem
+            except (OSError, RaceFileError):
+                title = path.stem
+            out[str(title)] = path
+        return out
+
+    def read(self, path: Path) -> Race:
+        key = (str(path), path.stat().st_mtime)
+        if key not in self._cache:
+            if len(self._cache) >= CACHED_FILES:
+                self._cache.clear()
+            self._cache[key] = Race.load(path)
+        return self._cache[key]
+
+
+def record_race(models: Models, prompt: str, title: str, max_new_tokens: int = 96,
+                changes: dict[str, Any] | None = None) -> Race:
+    """Race `prompt` as the app does at the CPU preset (with `changes`), without the page."""
+    request = RaceRequest(prompt, race_entries(**{**PRESETS[CPU_PRESET], **(changes or {})}), max_new_tokens,
+                          Sampling(), models.default_precision())
+    live = collect(race_events(models, request))
+    return Race(traces=live.finished(), title=title, note=live.note)
+
+
+def depth_contrast(race: Race) -> tuple[int, int]:
+    """(steps where DDD drafted fewer levels than EAGLE-2, steps where it drafted more)."""
+    fixed = int(race.traces["eagle2"].settings.get("draft_calls", 0))
+    calls = [s.draft_calls for s in race.traces["ddd"].steps if not s.prefill]
+    return sum(c < fixed for c in calls), sum(c > fixed for c in calls)
+
+
+def record_examples(models: Models, directory: Path, max_new_tokens: int = 64) -> list[Path]:
+    """Record every example into `directory`, printing each one's verdict and depth contrast."""
+    paths = []
+    for example in EXAMPLE_RUNS:
+        race = record_race(models, example.prompt, example.title, max_new_tokens, example.changes)
+        path = race.save(Path(directory) / f"{example.stem}.json", compact=True)
+        fewer, more = depth_contrast(race)
+        print(f"{path.name}: {verdict(race.traces).headline} DDD shallower than EAGLE-2 in {fewer} steps, deeper "
+              f"in {more}; {path.stat().st_size / 1e6:.1f} MB", flush=True)
+        paths.append(path)
+    return paths

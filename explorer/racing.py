@@ -1,0 +1,198 @@
+"""The race as plain data: what goes in (RaceRequest) and what comes out (RaceEvents) are small picklable
+records, never a model, a cache or a generator object.
+
+On a ZeroGPU Space the decoding runs in another process (`spaces.GPU`), which receives its arguments and sends
+back every value it yields by pickling; the same function runs in this process everywhere else. Stop reaches
+the decoding process through a file (Session.stop_file): both processes see the same disk, and the race checks
+it before every turn. The app, the example recorder and the tests all race through `race_events`.
+"""
+from __future__ import annotations
+
+import os
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass, field, replace
+from typing import Any
+
+from components.inputs import BUDGETS, InputError
+from ddd.race import Entry
+from ddd.settings import Sampling
+from ddd.trace import RunTrace, Step
+
+from .models import Models
+
+# What a ZeroGPU reservation is sized from: loading, plus each method's tokens at a 7B model's pace on a
+# shared GPU, kept between ZeroGPU's short default and its documented ceiling.
+GPU_LOAD_S = 60.0
+GPU_S_PER_TOKEN = 0.08
+GPU_MIN_S, GPU_MAX_S = 30, 300
+
+
+@dataclass
+class RaceRequest:
+    prompt: str
+    entries: dict[str, Entry]
+    max_new_tokens: int
+    sampling: Sampling
+    precision: str
+    stop_file: str = ""  # Stop creates this file; the race ends every run after its current step
+
+
+@dataclass
+class RaceEvent:
+    """One update from a running race. kind: "loading", "start" (`traces`: each run's header, no steps yet),
+    "turn" (`name` took a step; `stop_reason` once that run has ended), "end" (`traces`: final headers,
+    no steps), "error" (`message`: nothing ran), "stopped" (Stop came before anything ran)."""
+
+    kind: str
+    name: str = ""
+    step: Step | None = None
+    stop_reason: str = ""
+    traces: dict[str, RunTrace] = field(default_factory=dict)
+    message: str = ""
+    note: str = ""  # the models' note (a fallback head), with "start"
+
+
+def stop_requested(request: RaceRequest) -> bool:
+    return bool(request.stop_file) and os.path.exists(request.stop_file)
+
+
+def headers(traces: dict[str, RunTrace]) -> dict[str, RunTrace]:
+    """The traces without their steps: what the receiving side does not have yet."""
+    return {name: replace(trace, steps=[]) for name, trace in traces.items()}
+
+
+def prompt_tokens(target: Any, prompt: str, max_new_tokens: int, device: str) -> int:
+    """The prompt's token count, if it fits this device's budget and, with its answer, the model's context."""
+    from ddd import PromptError, encode_prompt
+
+    try:
+        count = len(encode_prompt(target, prompt))
+    except PromptError as err:
+        raise InputError(str(err)) from err
+    budget = BUDGETS["cuda" if device.startswith("cuda") else "cpu"]
+    if count > budget.prompt_tokens:
+        raise InputError(f"The prompt is {count:,} tokens long; a race here reads at most {budget.prompt_tokens:,} "
+                         f"prompt tokens ({budget.why}): shorten the prompt.")
+    context = target.context_limit
+    if count + max_new_tokens > context:
+        raise InputError(f"The prompt ({count:,} tokens) and {max_new_tokens:,} new tokens do not fit the model's "
+                         f"context of {context:,} tokens: shorten the prompt or lower max new tokens to at most "
+                         f"{max(context - count, 0):,}.")
+    return count
+
+
+def race_events(models: Models, request: RaceRequest) -> Iterator[RaceEvent]:
+    """Load the models if needed, check the prompt, then race the entries one target forward each in turn."""
+    from ddd import HeadLoadError, ModelLoadError, PromptError
+    from ddd.race import start_race
+    from ddd.settings import SettingsError
+
+    if models.needs_load(request.precision):
+        yield RaceEvent("loading", message=f"Loading the model in {request.precision} (and warming it up)…")
+    try:
+        target, head = models.load(request.precision)
+    except (ModelLoadError, HeadLoadError) as err:
+        yield RaceEvent("error", message=f"Could not load the model: {err}")
+        return
+    if stop_requested(request):
+        yield RaceEvent("stopped", message="Stopped while the model was loading: nothing ran.")
+        return
+    try:
+        prompt_tokens(target, request.prompt, request.max_new_tokens, models.device())
+        # All runs are made first: a bad setting or prompt is reported before anything runs.
+        race = start_race(target, head, request.prompt, request.entries, max_new_tokens=request.max_new_tokens,
+                          sampling=request.sampling)
+    except (InputError, SettingsError, PromptError, ValueError) as err:
+        yield RaceEvent("error", message=str(err))
+        return
+    yield RaceEvent("start", traces=headers({n: run.trace for n, run in race.runs.items()}), note=models.note)
+    with models.lock:
+        # Stop pressed while another race held the models: nothing runs, not even a prefill.
+        turns = iter(race) if not stop_requested(request) else iter(())
+        for turn in turns:
+            yield RaceEvent("turn", name=turn.name, step=turn.step, stop_reason=race.runs[turn.name].trace.stop_reason)
+            if not race.stopped and stop_requested(request):
+                race.stop()
+    yield RaceEvent("end", traces=headers({n: run.trace for n, run in race.runs.items()}))
+
+
+class LiveRace:
+    """The receiving side: the race's traces rebuilt from its events, complete once "end" has arrived."""
+
+    def __init__(self) -> None:
+        self.traces: dict[str, RunTrace] = {}
+        self.steps: dict[str, list[Step]] = {}
+        self.note = ""
+        self.ended = False
+
+    def apply(self, event: RaceEvent) -> None:
+        if event.kind == "start":
+            self.traces, self.note = dict(event.traces), event.note
+            self.steps = {name: trace.steps for name, trace in self.traces.items()}
+        elif event.kind == "turn":
+            self.steps[event.name].append(event.step)
+            self.traces[event.name].stop_reason = event.stop_reason
+        elif event.kind == "end":
+            self.traces = {name: replace(final, steps=self.steps[name]) for name, final in event.traces.items()}
+            self.ended = True
+
+    def finished(self) -> dict[str, RunTrace]:
+        """The runs that produced anything; a run cut off before its "end" counts as stopped."""
+        out = {}
+        for name, trace in self.traces.items():
+            if trace.steps:
+                if not self.ended:
+                    from ddd.metrics import summarize
+
+                    trace = replace(trace, stop_reason=trace.stop_reason or "stopped", summary=summarize(trace.steps),
+                                    text="".join(s.text for s in trace.steps))
+                out[name] = trace
+        return out
+
+
+def collect(events: Iterator[RaceEvent]) -> LiveRace:
+    """A whole race without watching it (the recorder, the tests); an error event raises RuntimeError."""
+    live = LiveRace()
+    for event in events:
+        if event.kind in ("error", "stopped"):
+            raise RuntimeError(event.message)
+        live.apply(event)
+    return live
+
+
+def gpu_seconds(request: RaceRequest, *_: Any) -> int:
+    """The GPU time a race may reserve: the work it asks for, not a fixed worst case."""
+    seconds = GPU_LOAD_S + GPU_S_PER_TOKEN * request.max_new_tokens * len(request.entries)
+    return int(min(max(seconds, GPU_MIN_S), GPU_MAX_S))
+
+
+def on_device(fn: Callable, duration: Callable | int) -> Callable:
+    """`fn` inside `spaces.GPU` where the `spaces` package is installed (a ZeroGPU Space), else `fn` itself."""
+    try:
+        import spaces
+    except ImportError:
+        return fn
+    return spaces.GPU(duration=duration)(fn)
+
+
+def device_race(models: Models) -> Callable[[RaceRequest], Iterator[RaceEvent]]:
+    """The race function for this app's models, on the GPU process where there is one."""
+    def race(request: RaceRequest) -> Iterator[RaceEvent]:
+        yield from race_events(models, request)
+
+    return on_device(race, gpu_seconds)
+
+
+def device_measure(models: Models) -> Callable[[str], dict[str, Any]]:
+    """Time this machine in a precision (ddd.budget) and return the preset it finds (the caller keeps it: a GPU
+    process keeps nothing between calls); raises what loading raises."""
+    from .presets import measured_preset
+
+    def measure(precision: str) -> dict[str, Any]:
+        from ddd.budget import auto_budget
+
+        target, head = models.load(precision)
+        with models.lock:
+            return measured_preset(auto_budget(target, head))
+
+    return on_device(measure, GPU_MAX_S)

@@ -1,0 +1,213 @@
+"""Callbacks that run a race, stop it, replay it, and fill in a preset. Each returns {component: value}."""
+from __future__ import annotations
+
+import time
+from collections.abc import Callable, Iterator
+from contextlib import closing
+from typing import Any
+
+import gradio as gr
+
+from components import Race
+from components.answer import answer_html, counters_html
+from components.inputs import InputError, race_inputs, replay_speed
+from components.race import RACE_METHODS
+from components.replay import frame_times, steps_done
+from ddd.settings import Sampling
+
+from .layout import Ui
+from .models import Models
+from .presets import MEASURED, PRESET_FIELDS, PRESETS, race_entries
+from .racing import LiveRace, RaceEvent, RaceRequest
+from .sessions import Session, Sessions
+from .viewing import Viewer, message, warn
+
+RACING = ("<div class='headline empty'>Racing: plain, EAGLE-2 and DDD take turns, one target forward each, so a "
+          "busy machine slows all three alike. The verdict comes at the end.</div>")
+RACING_STATUS = "Racing: each method takes one target forward in turn, so a busy machine slows all three alike…"
+REPLAY_FPS = 8
+
+
+class Runner:
+    """Runs races through `race` (explorer.racing.device_race) and shows them through `viewer`."""
+
+    def __init__(self, ui: Ui, models: Models, sessions: Sessions, viewer: Viewer,
+                 race: Callable[[RaceRequest], Iterator[RaceEvent]], measure: Callable[[str], dict[str, Any]]):
+        self.ui, self.models, self.sessions, self.viewer = ui, models, sessions, viewer
+        self.race, self.measure = race, measure
+        self.stream_every_s = 0.12  # how often the streaming columns are redrawn
+
+    # -- running --------------------------------------------------------------------------------------
+
+    def run_race(self, prompt: Any, max_new_tokens: Any, temperature: Any, top_p: Any, seed: Any, precision: Any,
+                 e_top_k: Any, e_calls: Any, e_total: Any, d_calls: Any, d_checks: Any, d_threshold: Any,
+                 shade: bool, mode: str, session: Session | None) -> Iterator[dict]:
+        """Race plain, EAGLE-2 and DDD on the prompt, streaming the three columns; then show every view."""
+        session = session or Session()
+        queued, session.queued = session.queued, False
+        if queued and session.stop_requested:
+            session.clear_stop()
+            yield self._error(session, "Stopped before the race started: nothing ran.")
+            return
+        try:
+            checked = race_inputs(prompt, max_new_tokens, temperature, top_p, seed, precision, e_top_k, e_calls,
+                                  e_total, d_calls, d_checks, d_threshold, self.models.precisions())
+        except InputError as err:
+            warn(str(err))
+            yield self._error(session, str(err))
+            return
+        if session.busy:
+            yield self._error(session, "A run is already going in this tab: wait for it or press Stop.")
+            return
+        session.busy = True
+        session.clear_stop()
+        request = RaceRequest(
+            checked.prompt, race_entries(checked.e_top_k, checked.e_calls, checked.e_total, checked.d_calls,
+                                         checked.d_checks, checked.d_threshold),
+            checked.max_new_tokens, Sampling(temperature=checked.temperature, top_p=checked.top_p, seed=checked.seed),
+            checked.precision or self.models.default_precision(), session.stop_file)
+        try:
+            yield from self._race(request, shade, mode, session)
+        finally:
+            session.busy = False
+            session.clear_stop()
+
+    def _race(self, request: RaceRequest, shade: bool, mode: str, session: Session) -> Iterator[dict]:
+        live, last = LiveRace(), 0.0
+        grace = len(request.entries)  # turns a stopped race may still hand out: each run finishes its step
+        with closing(self.race(request)) as events:
+            for event in events:
+                if event.kind == "loading":
+                    yield self._live(live, shade, event.message, session)
+                elif event.kind == "error":
+                    warn(event.message)
+                    yield self._error(session, event.message)
+                    return
+                elif event.kind == "stopped":
+                    yield self.viewer.show_race(session, shade, mode, event.message)
+                    return
+                else:
+                    live.apply(event)
+                    if session.stop_requested:
+                        grace -= 1
+                        if grace < 0:  # the race runs where the stop file is not seen: end it from here
+                            break
+                    if event.kind == "turn" and time.perf_counter() - last >= self.stream_every_s:
+                        last = time.perf_counter()
+                        yield self._live(live, shade, RACING_STATUS, session)
+        traces = live.finished()
+        if not traces:  # stopped before the first token: keep the race that was shown
+            yield self.viewer.show_race(session, shade, mode, "Stopped before any method produced a token.")
+            return
+        stopped = session.stop_requested or not live.ended
+        session.race, session.source = Race(traces=traces, note=live.note), None
+        session.fresh = not stopped and len(traces) == len(RACE_METHODS)
+        yield self.viewer.show_race(session, shade, mode, ("Stopped. " if stopped else "") + live.note)
+
+    def _live(self, live: LiveRace, shade: bool, status: str, session: Session) -> dict:
+        """While decoding: the three columns, their counters, the status line, and no headline until the end."""
+        ui, values = self.ui, {}
+        for method in RACE_METHODS:
+            trace = live.traces.get(method)
+            if trace is None:
+                column, count = answer_html(None, placeholder="waiting for its turn…"), counters_html(method, [], "waiting")
+            else:
+                done = bool(trace.stop_reason)
+                column = answer_html(trace, shade=shade, cursor=not done)
+                count = counters_html(method, trace.steps, f"done: {trace.stop_reason}" if done else "running")
+            values[ui[f"ans_{method}"]], values[ui[f"cnt_{method}"]] = column, count
+        return {**values, ui["message"]: message(status, "note"), ui["headline"]: RACING, ui["session"]: session}
+
+    def _error(self, session: Session, text: str) -> dict:
+        return {self.ui["message"]: message(text, "error"), self.ui["session"]: session}
+
+    def request_stop(self, session: Session | None) -> str:
+        if session is not None and (session.busy or session.replaying):
+            session.request_stop()
+            return "Stopping after the current step…" if session.busy else "Replay stopped."
+        if session is not None and session.queued:
+            session.request_stop()
+            return "Stopped: the race waiting in the queue will not run."
+        return ""
+
+    def mark_queued(self, session: Session | None) -> None:
+        """Run pressed: until the race starts it waits in the queue, and Stop must reach it there too."""
+        if session is not None and not session.busy:
+            session.queued = True
+            session.clear_stop()
+
+    # -- replaying ------------------------------------------------------------------------------------
+
+    def replay(self, shade: bool, speed: str, session: Session | None) -> Iterator[dict]:
+        """Play the finished race back: all three columns together at their measured pace (times `speed`)."""
+        race = session.race if session else None
+        if race is None:
+            yield {self.ui["message"]: message("Nothing to replay yet: run or load a race first.", "error")}
+            return
+        try:
+            factor = replay_speed(speed)
+        except InputError as err:
+            yield {self.ui["message"]: message(str(err), "error")}
+            return
+        session.clear_stop()
+        session.replaying = True
+        try:
+            yield from self._frames(race, shade, factor, session)
+        finally:
+            session.replaying = False
+            session.clear_stop()
+        yield {self.ui["message"]: message("", "note")}
+
+    def replay_finished_race(self, shade: bool, speed: str, session: Session | None) -> Iterator[dict]:
+        """After a complete race, replay it once: the three ran one after another, this shows them side by side."""
+        if session is None or not session.fresh:
+            # A generator that yields nothing clears its outputs, and with them the message a refused run left.
+            yield {}
+            return
+        session.fresh = False
+        yield from self.replay(shade, speed, session)
+
+    def _frames(self, race: Race, shade: bool, factor: float, session: Session) -> Iterator[dict]:
+        ui, start = self.ui, time.perf_counter()
+        for t in frame_times(race, fps=REPLAY_FPS, speed=factor):
+            delay = start + t / factor - time.perf_counter()
+            if delay > 0:
+                time.sleep(delay)
+            if session.stop_requested:
+                break
+            values = {}
+            for method in RACE_METHODS:
+                trace = race.get(method)
+                done = steps_done(race, method, t) if trace else 0
+                finished = trace is not None and done >= len(trace.steps)
+                values[ui[f"ans_{method}"]] = answer_html(
+                    trace, upto=done - 1, shade=shade, cursor=not finished,
+                    placeholder="" if trace else "(no run)") if done else answer_html(None, placeholder="…")
+                status = f"finished: {trace.stop_reason}" if finished and trace.stop_reason else (
+                    "finished" if finished else f"replay {t:.1f} s")
+                values[ui[f"cnt_{method}"]] = counters_html(method, trace.steps[:done] if trace else [], status)
+            yield {**values, ui["message"]: message(f"Replay: {t:.1f} s of the race.", "note")}
+
+    # -- presets --------------------------------------------------------------------------------------
+
+    def apply_preset(self, name: str, precision: str | None = None) -> dict:
+        """The preset's six tree settings; the measured one times this machine once per precision."""
+        if name == MEASURED:
+            preset = self._measured(precision or self.models.default_precision())
+        else:
+            preset = PRESETS.get(name)
+        if preset is None:
+            return {}
+        return {self.ui[f]: preset[f] for f in PRESET_FIELDS}
+
+    def _measured(self, precision: str) -> dict[str, Any] | None:
+        from ddd import HeadLoadError, ModelLoadError
+
+        if precision not in self.models.measured:
+            try:
+                self.models.measured[precision] = self.measure(precision)
+            except (ModelLoadError, HeadLoadError) as err:
+                warn(f"Could not load the model: {err}")
+                return None
+            gr.Info(f"Measured this machine in {precision}: {self.models.measured[precision]['summary']}.")
+        return self.models.measured[precision]

@@ -1,0 +1,60 @@
+"""One browser tab's state, and the store that makes and cleans up after every tab's."""
+from __future__ import annotations
+
+import tempfile
+import uuid
+from pathlib import Path
+
+from components import Race
+from components.exports import ExportStore
+
+
+class Session:
+    """A tab's race, what it is doing, its saved file, and its stop file (a race may run in another process,
+    explorer.racing, so Stop is a file both can see). A plain class: gr.State calls it for each new tab."""
+
+    def __init__(self, race: Race | None = None):
+        self.race = race
+        self.stop_file = str(Path(tempfile.gettempdir()) / f"ddd-stop-{uuid.uuid4().hex}")
+        self.busy = False  # a race is decoding
+        self.replaying = False
+        self.fresh = False  # a race just finished and has not been replayed yet
+        self.queued = False  # Run was pressed and the race waits in the queue (Stop then cancels it)
+        self.source: str | None = None  # the shipped example file the race came from, if it did
+        self.file: str | None = None  # this session's race file in the export store
+
+    @property
+    def stop_requested(self) -> bool:
+        return Path(self.stop_file).exists()
+
+    def request_stop(self) -> None:
+        Path(self.stop_file).touch()
+
+    def clear_stop(self) -> None:
+        Path(self.stop_file).unlink(missing_ok=True)
+
+
+class Sessions:
+    """Cleans up after each tab's Session; offers races as files through one ExportStore."""
+
+    def __init__(self, exports: ExportStore | None = None):
+        self.exports = exports or ExportStore()
+
+    def close(self, session: Session | None) -> None:
+        """The tab closed: its race stops and its files go."""
+        if session is None:
+            return
+        session.request_stop()
+        self.exports.remove(session.file)
+        if not session.busy:
+            session.clear_stop()
+
+    def export(self, session: Session) -> str | None:
+        """The session's race as a gzipped JSON file (replacing its previous one); a shipped example's own file."""
+        if session.race is None:
+            return None
+        if session.source:
+            return session.source
+        session.file = self.exports.save(session.race, session.race.title or session.race.prompt,
+                                          replacing=session.file)
+        return session.file
