@@ -44,10 +44,9 @@ RANGES = {
 
 @dataclass(frozen=True)
 class TokenBudget:
-    """How many prompt tokens one race may read on a device. On the 2-core development CPU in int8 a prefill
-    of P tokens takes about 2.5e-5 * P² seconds per method (22 s at 1,000 tokens, 113 s at 2,000: attention
-    is computed in float64 there), and a race reads the prompt three times; 512 tokens keep that near 20 s,
-    less than its decoding at the default length. A GPU reads thousands of tokens in well under a second."""
+    """How many prompt tokens one race may read on a device. On a CPU a prefill's cost grows with the square of
+    the prompt and a race reads the prompt three times, so the budget keeps reading below the decoding at the
+    default length; a GPU reads thousands of tokens in a fraction of that (README: the app, Limits)."""
 
     prompt_tokens: int
     why: str
@@ -55,7 +54,7 @@ class TokenBudget:
 
 BUDGETS = {
     "cpu": TokenBudget(512, "on a CPU each of the three methods reads the prompt again, and a 1,000-token prompt "
-                            "takes about 20 s to read once"),
+                            "takes tens of seconds to read once"),
     "cuda": TokenBudget(4096, "longer prompts would make a race outlast the time one visitor gets"),
 }
 

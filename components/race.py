@@ -78,7 +78,7 @@ class Race:
         path = Path(path)
         path.parent.mkdir(parents=True, exist_ok=True)
         text = json.dumps(self.to_dict(compact), ensure_ascii=False, separators=(",", ":") if compact else None)
-        if path.suffix == ".gz":  # about a tenth of the size: a race at the widest tree settings is ~40 MB of JSON
+        if path.suffix == ".gz":  # a race's JSON is mostly repeated keys and numbers: it shrinks several times
             with gzip.open(path, "wt", encoding="utf-8", compresslevel=6) as f:
                 f.write(text)
         else:

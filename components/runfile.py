@@ -28,9 +28,9 @@ GZIP_MAGIC = b"\x1f\x8b"
 
 @dataclass(frozen=True)
 class FileLimits:
-    """What one run file may hold. The app's own largest race (512 new tokens, the widest tree the settings
-    allow) takes about 40 MB of JSON and 24,000 nodes in a step, so these admit it with room to spare while
-    keeping a crafted file's memory and checking time bounded."""
+    """What one run file may hold: the app's own largest race (512 new tokens, the widest tree the settings
+    allow; README: the app, Limits) with room to spare, while a crafted file's memory and checking time stay
+    bounded."""
 
     file_bytes: int = 24 * 2**20  # as stored: gzipped or plain
     json_bytes: int = 64 * 2**20  # after decompression (parsed, about ten times that in memory)

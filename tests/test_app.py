@@ -231,3 +231,36 @@ def test_a_random_eagle3_head_for_the_default_model_races_losslessly(tmp_path):
     traces = session.race.traces
     assert traces["plain"].text == traces["eagle2"].text == traces["ddd"].text
     assert traces["eagle2"].head_kind == traces["ddd"].head_kind == "eagle3"
+
+
+def test_closing_a_tab_stops_its_race_and_removes_its_files(page, tmp_path):
+    from components.exports import ExportStore
+    from explorer.sessions import Sessions
+
+    sessions = Sessions(ExportStore(folder=tmp_path))
+    session = Session()
+    race_frames(page, "the cat sat", session)
+    saved = sessions.export(session)
+    assert saved and (tmp_path / saved.split("/")[-1]).exists()
+    session.busy = True  # as if a race were still decoding
+    sessions.close(session)
+    assert session.stop_requested and not (tmp_path / saved.split("/")[-1]).exists()
+    session.busy = False
+    sessions.close(session)  # once idle, its stop file goes too
+    assert not session.stop_requested
+
+
+def test_the_recorder_writes_every_example_with_the_app_race_loop(llama, llama_head, tmp_path, capsys):
+    from explorer.examples import record_examples
+
+    models = Models(ModelConfig(dtype="float32"))
+    models.target, models.head = llama, llama_head
+    paths = record_examples(models, tmp_path, max_new_tokens=12)
+    assert [p.stem for p in paths] == [e.stem for e in EXAMPLE_RUNS]
+    for path, example in zip(paths, EXAMPLE_RUNS):
+        race = Race.load(path)
+        assert race.title == example.title and race.methods == ["plain", "eagle2", "ddd"]
+        assert len({t.text for t in race.traces.values()}) == 1  # greedy: every column writes plain's text
+    assert race.traces["ddd"].settings["threshold"] == -0.3 and "DDD shallower than EAGLE-2" in capsys.readouterr().out
+    counting = Race.load(tmp_path / "counting.json")
+    assert counting.traces["ddd"].settings["threshold"] == -2.0  # an example's own change to the preset
