@@ -6,6 +6,7 @@ import threading
 from dataclasses import dataclass
 from typing import Any
 
+from components.tokens import escape
 from components.views import source_name
 from ddd.head import choose_head
 from ddd.settings import PRECISIONS
@@ -84,17 +85,22 @@ class Models:
                 target = load_target(self.config.model, dtype=precision, device=self.device())
                 head, note = resolve_head(self.config.head, target)
                 warm_up(target, head)
-                self.note = note + RANDOM_HEAD_NOTE if note else ""
+                untrained = choose_head(self.config.head, target.name).source is None
+                self.note = note + (RANDOM_HEAD_NOTE if untrained else "")
                 self.target, self.head = target, head
         return self.target, self.head
 
     def describe(self) -> str:
         """One Markdown line for the Settings panel: which model and head, and whether they are loaded."""
-        model = source_name(self.config.model) if self.config.model else "smollm2-135m-instruct (embedded default)"
-        choice = choose_head(self.config.head, self.config.model)
+        loaded = self.target.name if self.loaded else None  # the default comes from the package or the hub
+        model = source_name(self.config.model or loaded) if self.config.model or loaded else (
+            "SmolLM2-135M-Instruct (the default)")
+        choice = choose_head(self.config.head, self.config.model or loaded)
         state = f"loaded in {self.target.precision}" if self.loaded else "loads on the first Run"
         text = f"**Model:** {model} · **draft head:** {choice.label} · *{state}*"
         if choice.source is None:
             text += ("\n\n<div class='note-box'>No trained draft head: a random head drafts almost nothing the target "
                      "accepts, so the speculative columns will be slow. The recorded examples were made with a trained head.</div>")
+        elif choice.note:
+            text += f"\n\n<div class='note-box'>{escape(choice.note)}</div>"
         return text

@@ -264,3 +264,14 @@ def test_the_recorder_writes_every_example_with_the_app_race_loop(llama, llama_h
     assert race.traces["ddd"].settings["threshold"] == -0.3 and "DDD shallower than EAGLE-2" in capsys.readouterr().out
     counting = Race.load(tmp_path / "counting.json")
     assert counting.traces["ddd"].settings["threshold"] == -2.0  # an example's own change to the preset
+
+
+def test_the_hub_copy_of_the_default_model_names_the_weights_its_head_was_trained_on():
+    from types import SimpleNamespace
+
+    from ddd.models import DEFAULT_HUB_ID
+
+    models = Models(ModelConfig())
+    models.target = SimpleNamespace(name=DEFAULT_HUB_ID, precision="float32")
+    text = models.describe()
+    assert "shipped head" in text and "Q4_1" in text and "random" not in text
