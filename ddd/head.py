@@ -24,7 +24,7 @@ from transformers import LlamaConfig
 from transformers.modeling_outputs import BaseModelOutputWithPast
 from transformers.models.llama.modeling_llama import LlamaDecoderLayer, LlamaRotaryEmbedding
 
-from .models import DEFAULT_HUB_ID, DEFAULT_MODEL, Target
+from .models import DEFAULT_HUB_ID, DEFAULT_MODEL, ModelLoadError, Target
 
 HEAD_FILES = ("model.safetensors", "pytorch_model.bin")
 # The head trained for the default model ships with the project.
@@ -356,8 +356,8 @@ def _head_class(weights: dict[str, torch.Tensor], where: Path) -> type[DraftHead
 
 def load_head(directory: str | Path, target: Target) -> DraftHead:
     """Load a head checkpoint directory (official EAGLE or EAGLE-3 layout, or ours) and check that it fits
-    `target`; anything that does not gives a HeadLoadError saying what."""
-    directory = Path(directory)
+    `target`; anything that does not gives a HeadLoadError saying what. A hub id (owner/name) is fetched first."""
+    directory = _head_directory(str(directory))
     raw = _read_config(directory)
     weights = _read_weights(directory)
     head = _head_class(weights, directory).from_checkpoint(raw, weights, target, directory)
@@ -371,6 +371,17 @@ def load_head(directory: str | Path, target: Target) -> DraftHead:
     except Exception as err:
         raise HeadLoadError(f"The head at {directory} fails on a test input: {_one_line(err)}") from None
     return for_target(head, target)
+
+
+def _head_directory(spec: str) -> Path:
+    from .catalog import HEAD_FILES_PATTERNS, fetch, is_hub_id
+
+    if not is_hub_id(spec):
+        return Path(spec)
+    try:
+        return fetch(spec, "draft head", HEAD_FILES_PATTERNS)
+    except ModelLoadError as err:
+        raise HeadLoadError(str(err)) from None
 
 
 def for_target(head: DraftHead, target: Target) -> DraftHead:
@@ -399,14 +410,16 @@ class HeadChoice:
 
 
 def choose_head(spec: str | None, model: str | None) -> HeadChoice:
-    """The one rule: a directory is loaded as given; "random" is an untrained head; with neither, the shipped
+    """The one rule: a directory or hub id is loaded as given; "random" is an untrained head; with neither, the shipped
     head goes with the default model (from the package or, with a note, from the hub) and any other model gets
     a random head, with a note saying so."""
     random_note = "Using a randomly initialised draft head: speculative methods will accept almost nothing."
     if spec == "random":
         return HeadChoice(None, "random (untrained)", random_note)
     if spec:
-        return HeadChoice(spec, Path(spec).name or spec, "")
+        from .catalog import is_hub_id
+
+        return HeadChoice(spec, spec if is_hub_id(spec) else Path(spec).name or spec, "")
     if model in (None, DEFAULT_MODEL, DEFAULT_HUB_ID) and (SHIPPED_HEAD / "config.json").exists():
         return HeadChoice(str(SHIPPED_HEAD), "shipped head", HUB_WEIGHTS_NOTE if model == DEFAULT_HUB_ID else "")
     return HeadChoice(None, "random (untrained)",

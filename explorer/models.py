@@ -79,8 +79,10 @@ class Models:
             precision = precision or (self.target.precision if self.target else self.default_precision())
             if self.needs_load(precision):
                 from ddd import load_target, resolve_head
+                from ddd.catalog import check_fits
                 from ddd.race import warm_up
 
+                check_fits(self.config.model, precision, self.device(), freed=self.loaded_bytes())
                 self.target = self.head = None  # the old pair's memory goes before the new one loads
                 target = load_target(self.config.model, dtype=precision, device=self.device())
                 head, note = resolve_head(self.config.head, target)
@@ -89,6 +91,21 @@ class Models:
                 self.note = note + (RANDOM_HEAD_NOTE if untrained else "")
                 self.target, self.head = target, head
         return self.target, self.head
+
+    def loaded_bytes(self) -> int:
+        """What the loaded target and head hold in weights (given back when another pair loads)."""
+        modules = [m for m in (self.target.model if self.target else None, self.head) if m is not None]
+        return sum(p.numel() * p.element_size() for m in modules for p in m.parameters())
+
+    def choose(self, model: str | None, head: str | None) -> None:
+        """Race another target and head from the next Run on (loaded then, after a memory check)."""
+        if self.pinned:
+            raise RuntimeError("The models of this Space load once, at start-up.")
+        with self._load_lock:
+            self.config = ModelConfig(model, head, self.config.device, self.config.dtype)
+            self.target = self.head = None
+            self.measured.clear()
+            self.note = ""
 
     def describe(self) -> str:
         """One Markdown line for the Settings panel: which model and head, and whether they are loaded."""

@@ -1,0 +1,109 @@
+"""The target/head pairs the papers measured, where a model or head id points (a directory or the hub), and
+whether a model fits the memory of the device it would load on, checked before anything is downloaded
+beyond its config."""
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass
+from pathlib import Path
+
+from .models import DEFAULT_MODEL, DTYPES, ModelLoadError
+
+HUB_ID = re.compile(r"^[A-Za-z0-9][\w.-]{0,95}/[\w.-]{1,96}$")
+# Room for what grows beside the weights: activations, the KV cache of a few thousand tokens, the draft
+# head's trees, the allocator's slack.
+HEADROOM = 1.25
+HEAD_FILES_PATTERNS = ["config.json", "model.safetensors", "pytorch_model.bin"]
+
+
+@dataclass(frozen=True)
+class ModelPair:
+    """A target and its draft head, as the model menu offers them."""
+
+    label: str
+    model: str | None  # None: the default model
+    head: str | None  # None: the head head.choose_head picks for the model
+    gpu_only: bool = False  # a 7B target decodes far too slowly on a CPU to race there
+
+
+PAIRS = [
+    ModelPair("SmolLM2-135M-Instruct + shipped head (default)", None, None),
+    ModelPair("Vicuna-7B v1.3 + EAGLE head (EAGLE-2 / DDD papers)", "lmsys/vicuna-7b-v1.3",
+              "yuhuili/EAGLE-Vicuna-7B-v1.3", gpu_only=True),
+    ModelPair("LLaMA-3 8B Instruct + EAGLE head (DDD paper)", "meta-llama/Meta-Llama-3-8B-Instruct",
+              "yuhuili/EAGLE-LLaMA3-Instruct-8B", gpu_only=True),
+    ModelPair("Llama-3.1 8B Instruct + EAGLE-3 head", "meta-llama/Llama-3.1-8B-Instruct",
+              "yuhuili/EAGLE3-LLaMA3.1-Instruct-8B", gpu_only=True),
+]
+
+
+def is_hub_id(spec: str) -> bool:
+    """Whether `spec` names a hub repository rather than a local directory."""
+    return not Path(spec).exists() and bool(HUB_ID.match(spec))
+
+
+def fetch(spec: str, what: str, patterns: list[str] | None = None) -> Path:
+    """A local directory for `spec`: itself, or the hub repository's snapshot (downloaded once, or taken from
+    the HF_HOME cache; HF_HUB_OFFLINE is honoured). Raises ModelLoadError saying why not."""
+    if Path(spec).exists():
+        return Path(spec)
+    if not HUB_ID.match(spec):
+        raise ModelLoadError(f"The {what} {spec!r} is neither a directory here nor a hub id (owner/name).")
+    from huggingface_hub import snapshot_download
+
+    try:
+        return Path(snapshot_download(spec, allow_patterns=patterns))
+    # The hub client reports missing repositories, gated access, offline mode and network failures each
+    # through its own exception type.
+    except Exception as err:  # noqa: BLE001
+        first = str(err).strip().splitlines()[0] if str(err).strip() else type(err).__name__
+        raise ModelLoadError(f"Could not fetch the {what} {spec!r}: {first}") from None
+
+
+def parameter_count(config) -> int:
+    """A Llama-family model's parameters from its config: embeddings, the LM head unless tied, and per layer
+    attention (grouped-query aware) and the gated MLP. Norms are left out (a rounding error here)."""
+    hidden, vocab = config.hidden_size, config.vocab_size
+    heads = config.num_attention_heads
+    kv_heads = getattr(config, "num_key_value_heads", None) or heads
+    head_dim = getattr(config, "head_dim", None) or hidden // heads
+    attention = hidden * head_dim * (2 * heads + 2 * kv_heads)
+    mlp = 3 * hidden * config.intermediate_size
+    embeddings = vocab * hidden * (1 if getattr(config, "tie_word_embeddings", False) else 2)
+    return embeddings + config.num_hidden_layers * (attention + mlp)
+
+
+def bytes_per_parameter(dtype: str) -> int:
+    return 4 if dtype == "int8" else DTYPES[dtype].itemsize  # int8 mode loads float32 first, then quantises
+
+
+def free_memory(device: str) -> int:
+    """Bytes a new model may take on `device`: free GPU memory, or the memory the system says is available."""
+    if device.startswith("cuda"):
+        import torch
+
+        return int(torch.cuda.mem_get_info(torch.device(device))[0])
+    with open("/proc/meminfo") as f:
+        for line in f:
+            if line.startswith("MemAvailable:"):
+                return int(line.split()[1]) * 1024
+    return 0
+
+
+def check_fits(model: str | None, dtype: str, device: str, freed: int = 0) -> None:
+    """Raise ModelLoadError when `model` in `dtype` would not fit `device` (`freed`: bytes that unloading the
+    current model gives back). Reads only the model's config."""
+    if model in (None, DEFAULT_MODEL):
+        return  # the small default fits anywhere the app runs
+    from transformers import AutoConfig
+
+    try:
+        config = AutoConfig.from_pretrained(str(fetch(model, "model", ["config.json"])))
+    except (OSError, ValueError) as err:
+        raise ModelLoadError(f"Could not read the config of {model!r}: {err}") from None
+    needed = int(parameter_count(config) * bytes_per_parameter(dtype) * HEADROOM)
+    available = free_memory(device) + freed
+    if needed > available:
+        raise ModelLoadError(
+            f"{model} needs about {needed / 2**30:.1f} GiB in {dtype} on {device}, and {available / 2**30:.1f} GiB "
+            f"is free there: choose a smaller model or precision, or a machine with more memory.")
