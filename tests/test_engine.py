@@ -141,3 +141,23 @@ def test_greedy_equals_plain_greedy_in_every_precision(tiny_llama_dir, llama_hea
             list(run)
             assert run.token_ids == plain.token_ids, (precision, method, prompt)
             assert run.trace.precision == precision
+
+
+@pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA device")
+@pytest.mark.parametrize("precision", ["float16", "bfloat16"])
+def test_greedy_equals_plain_greedy_on_cuda(tiny_llama_dir, llama_head, precision):
+    import copy
+
+    from ddd import load_target
+    from ddd.head import for_target
+
+    target = load_target(str(tiny_llama_dir), dtype=precision, device="cuda")
+    head = for_target(copy.deepcopy(llama_head), target)
+    for prompt in PROMPTS[:3] + UNSEEN:
+        plain = generate(target, None, prompt, "plain", max_new_tokens=30)
+        list(plain)
+        for method in ("eagle2", "ddd"):
+            run = generate(target, head, prompt, method, max_new_tokens=30)
+            list(run)
+            assert run.token_ids == plain.token_ids, (precision, method, prompt)
+            assert run.trace.device.startswith("cuda") and run.trace.precision == precision
