@@ -7,7 +7,8 @@ import torch
 from ddd import drift, encode_prompt
 from tests.tiny import PROMPTS
 
-QUESTIONS = [{"question_id": f"q{i}", "category": f"c{i % 2}", "turns": [prompt]} for i, prompt in enumerate(PROMPTS[:3])]
+QUESTIONS = [{"question_id": f"q{i}", "category": f"c{i % 2}", "turns": [prompt]}
+             for i, prompt in enumerate(PROMPTS[:3])]
 
 
 @pytest.fixture
