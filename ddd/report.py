@@ -1,4 +1,4 @@
-"""Rendering a benchmark report (the dict `ddd.bench` builds) as tables, Markdown and an offline HTML page
+"""Rendering a benchmark report (the dict `ddd.bench_summary` builds) as tables, Markdown and an offline HTML page
 with plotly figures. Nothing here runs a model."""
 from __future__ import annotations
 

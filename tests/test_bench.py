@@ -3,7 +3,7 @@ import json
 
 import pytest
 
-from ddd import bench, metrics, questions
+from ddd import bench, bench_args, metrics, questions
 from ddd.head import save_head
 from ddd.trace import Step
 
@@ -171,7 +171,7 @@ def test_bench_end_to_end(tiny_llama_dir, head_dir, questions_file, tmp_path, ca
                         "ddd.check_steps=all"])
     assert {p.name for p in paths.values()} == {"results.json", "results.md", "report.html"}
     report = json.loads((out / "results.json").read_text())
-    labels = list(bench.ALL_METHODS)
+    labels = list(bench_args.ALL_METHODS)
     assert report["methods"] == labels
     assert len(report["rows"]) == 2 * len(labels)
     assert report["categories"] == ["animals", "counting"]

@@ -12,8 +12,7 @@ from transformers.models.llama.modeling_llama import apply_rotary_pos_emb
 from ddd import Eagle3Head, HeadLoadError, RunTrace, generate, load_head, new_eagle3_head, new_head, save_head
 from ddd.drafting import HeadRunner
 from ddd.eagle3 import aux_layers_of, default_aux_layers
-from tests.test_engine import TREE_SETTINGS, UNSEEN
-from tests.tiny import PROMPTS
+from tests.tiny import PROMPTS, TREE_SETTINGS, UNSEEN
 
 LAYERS = (0, 1, 2)  # the tiny models have two layers: too few for the official choice
 PUBLISHED_KEYS = {

@@ -6,15 +6,7 @@ from ddd import generate
 from ddd.drafting import DynamicTreeDrafter, HeadRunner
 from ddd.settings import Eagle2Settings
 from ddd.tree import DraftTree
-from tests.tiny import PROMPTS
-
-UNSEEN = ["seven cats", "Translate to French: the dog"]
-TREE_SETTINGS = {
-    "eagle": [{}, {"tree": [[0], [1], [0, 0], [0, 0, 0], [1, 0]]}],
-    "eagle2": [{}, {"top_k": 3, "draft_calls": 4, "total_tokens": 8}, {"top_k": 1, "draft_calls": 9, "total_tokens": 10}],
-    "ddd": [{}, {"check_steps": "all", "threshold": -0.05}, {"top_k": 4, "max_draft_calls": 6, "check_steps": "2,4",
-                                                            "total_tokens": 12}],
-}
+from tests.tiny import PROMPTS, TREE_SETTINGS, UNSEEN
 
 
 def decode(target, head, prompt, method, **settings):
@@ -68,8 +60,21 @@ def test_tree_invariants(llama, llama_head):
                 assert index[node.parent].status != "pruned"  # rerank keeps every kept node's parent
         path = step.accepted_path
         assert path[0] == 0 and [index[i].depth for i in path] == list(range(len(path)))
-        # the last step may be cut short (end of turn, max_new_tokens): it keeps the accepted drafts it emits
-        assert step.accepted == min(len(path) - 1, len(step.token_ids) - 1)
+
+
+def test_every_step_emits_its_accepted_path_and_bonus_until_the_budget_cuts_the_last(llama, llama_head):
+    run, steps = decode(llama, llama_head, PROMPTS[2], "eagle2", top_k=4, total_tokens=20)
+    *whole, last = steps[1:]
+    for step in whole:
+        tokens = {n.index: n.token_id for n in step.pool}
+        assert step.token_ids == [tokens[i] for i in step.accepted_path[1:]] + [step.bonus_id]
+        assert step.accepted == len(step.accepted_path) - 1
+    # The last step emits only what fits in max_new_tokens, and counts only the drafts it emitted as accepted.
+    assert run.trace.stop_reason == "max_new_tokens"
+    tokens = {n.index: n.token_id for n in last.pool}
+    full = [tokens[i] for i in last.accepted_path[1:]] + [last.bonus_id]
+    assert last.token_ids == full[: 40 - sum(len(s.token_ids) for s in steps[:-1])]
+    assert last.accepted == len(last.token_ids) - 1
 
 
 def test_ancestor_mask_and_positions():
@@ -136,3 +141,23 @@ def test_greedy_equals_plain_greedy_in_every_precision(tiny_llama_dir, llama_hea
             list(run)
             assert run.token_ids == plain.token_ids, (precision, method, prompt)
             assert run.trace.precision == precision
+
+
+@pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA device")
+@pytest.mark.parametrize("precision", ["float16", "bfloat16"])
+def test_greedy_equals_plain_greedy_on_cuda(tiny_llama_dir, llama_head, precision):
+    import copy
+
+    from ddd import load_target
+    from ddd.head import for_target
+
+    target = load_target(str(tiny_llama_dir), dtype=precision, device="cuda")
+    head = for_target(copy.deepcopy(llama_head), target)
+    for prompt in PROMPTS[:3] + UNSEEN:
+        plain = generate(target, None, prompt, "plain", max_new_tokens=30)
+        list(plain)
+        for method in ("eagle2", "ddd"):
+            run = generate(target, head, prompt, method, max_new_tokens=30)
+            list(run)
+            assert run.token_ids == plain.token_ids, (precision, method, prompt)
+            assert run.trace.device.startswith("cuda") and run.trace.precision == precision

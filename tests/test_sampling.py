@@ -15,6 +15,9 @@ from tests.tiny import PROMPTS
 ALPHA = 1e-3
 SAMPLES = 1000
 SAMPLING = dict(temperature=1.0, top_p=0.95)
+# top-k keeps few enough tokens that the tree's drafts often fall outside it: rejections that must still
+# leave plain top-k sampling's distribution.
+TOP_K = dict(temperature=1.0, top_k=6)
 FAST_TREES = {"eagle": {}, "eagle2": {"top_k": 4, "draft_calls": 3, "total_tokens": 12},
               "ddd": {"top_k": 4, "max_draft_calls": 4, "check_steps": "all", "threshold": -1.0, "total_tokens": 12}}
 
@@ -38,10 +41,10 @@ def exact_joint(target, prompt, length, sampling):
     return table
 
 
-def sample_counts(target, head, prompt, method, settings, length, seeds):
+def sample_counts(target, head, prompt, method, settings, length, seeds, sampling=SAMPLING):
     counts, accepted = {}, 0
     for seed in seeds:
-        run = generate(target, head, prompt, method, max_new_tokens=length, sampling=Sampling(seed=seed, **SAMPLING),
+        run = generate(target, head, prompt, method, max_new_tokens=length, sampling=Sampling(seed=seed, **sampling),
                        record=False, **settings)
         steps = list(run)
         accepted += sum(s.accepted for s in steps)
@@ -85,6 +88,22 @@ def test_sampled_tokens_follow_plain_sampling(request, llama, exact, method, hea
     assert p > ALPHA, f"{method}: sampled tokens deviate from plain sampling (p = {p:.2e} over {cells} cells)"
     if method != "plain":
         assert accepted > SAMPLES * 0.1  # a draft token was accepted in a good share of the samples
+
+
+@pytest.fixture(scope="module")
+def exact_top_k(llama):
+    return exact_joint(llama, PROMPTS[3], 3, Sampling(**TOP_K))
+
+
+@pytest.mark.parametrize("method", ["plain", "eagle", "eagle2", "ddd"])
+def test_top_k_sampled_tokens_follow_plain_top_k_sampling(llama, llama_head, exact_top_k, method):
+    counts, accepted = sample_counts(llama, llama_head if method != "plain" else None, PROMPTS[3], method,
+                                     FAST_TREES.get(method, {}), 3, range(SAMPLES), TOP_K)
+    p, cells = chi_square_p(counts, exact_top_k, SAMPLES)
+    assert cells >= 4, "the distribution is too peaked for a meaningful test"
+    assert p > ALPHA, f"{method}: top-k samples deviate from plain top-k sampling (p = {p:.2e} over {cells} cells)"
+    if method != "plain":
+        assert accepted > SAMPLES * 0.1
 
 
 def test_the_test_detects_a_wrong_distribution(llama, exact):

@@ -1,53 +1,12 @@
-"""End-to-end tests of `python -m ddd.train` (data + fit) on a tiny random Llama saved locally."""
+"""End-to-end tests of `python -m ddd.train` (data + fit) on the tiny random Llama (tests/tiny.py)."""
 from __future__ import annotations
 
 import json
-import string
 
 import pytest
 import torch
 
 from ddd import answers, fit, train, training
-
-CHAT_TEMPLATE = (
-    "{% for m in messages %}<|im_start|>{{ m['role'] }}\n{{ m['content'] }}<|im_end|>\n{% endfor %}"
-    "{% if add_generation_prompt %}<|im_start|>assistant\n{% endif %}"
-)
-
-
-def _tiny_tokenizer():
-    from tokenizers import Tokenizer
-    from tokenizers.models import WordLevel
-    from tokenizers.pre_tokenizers import Split
-    from transformers import PreTrainedTokenizerFast
-
-    specials = ["<unk>", "<|im_start|>", "<|im_end|>"]
-    chars = sorted(set(string.printable))
-    vocab = {tok: i for i, tok in enumerate(specials + chars)}
-    core = Tokenizer(WordLevel(vocab, unk_token="<unk>"))
-    core.pre_tokenizer = Split(pattern="", behavior="isolated")
-    core.add_special_tokens(specials)
-    tok = PreTrainedTokenizerFast(tokenizer_object=core, unk_token="<unk>", eos_token="<|im_end|>",
-                                  pad_token="<|im_end|>", bos_token="<|im_start|>")
-    tok.chat_template = CHAT_TEMPLATE
-    return tok
-
-
-@pytest.fixture(scope="module")
-def tiny_model(tmp_path_factory):
-    from transformers import LlamaConfig, LlamaForCausalLM
-
-    tok = _tiny_tokenizer()
-    config = LlamaConfig(hidden_size=64, intermediate_size=128, num_hidden_layers=2, num_attention_heads=4,
-                         num_key_value_heads=2, vocab_size=len(tok), max_position_embeddings=256,
-                         eos_token_id=tok.eos_token_id, pad_token_id=tok.pad_token_id, bos_token_id=tok.bos_token_id,
-                         tie_word_embeddings=True)
-    torch.manual_seed(0)
-    model = LlamaForCausalLM(config)
-    directory = tmp_path_factory.mktemp("tiny")
-    model.save_pretrained(directory)
-    tok.save_pretrained(directory)
-    return directory
 
 
 @pytest.fixture(scope="module")
@@ -65,18 +24,24 @@ def _data_args(model, prompts, out, *extra):
             "--sampled-fraction", "0.3", *extra]
 
 
-def test_data_then_fit_end_to_end(tiny_model, prompts, tmp_path, capsys):
+@pytest.fixture(scope="module")
+def six_samples(tiny_llama_dir, prompts, tmp_path_factory):
+    """The target's answers to six of the prompts, with their features, as `data` stores them."""
+    data_dir = tmp_path_factory.mktemp("six")
+    assert train.main(_data_args(tiny_llama_dir, prompts, data_dir, "--limit", "6")) == 0
+    return answers.load_samples(data_dir)[0]
+
+
+def test_data_then_fit_end_to_end(tiny_llama_dir, llama, prompts, tmp_path, capsys):
     from ddd.head import load_head
-    from ddd.models import load_target
 
     data_dir = tmp_path / "data"
-    assert train.main(_data_args(tiny_model, prompts, data_dir)) == 0
+    assert train.main(_data_args(tiny_llama_dir, prompts, data_dir)) == 0
     shards = sorted(data_dir.glob("shard_*.pt"))
     assert len(shards) == 3  # 13 prompts, 5 per shard
     samples, meta = answers.load_samples(data_dir)
     assert len(samples) == 13 and meta["hidden_size"] == 64
     assert any(s["sampled"] for s in samples) and not all(s["sampled"] for s in samples)
-    target = load_target(str(tiny_model))
     for sample in samples:
         assert sample["prompt_len"] <= 96
         assert sample["features"].dtype == torch.float16
@@ -84,21 +49,21 @@ def test_data_then_fit_end_to_end(tiny_model, prompts, tmp_path, capsys):
     # The features captured during generation are the target's own (a plain forward agrees).
     sample = samples[0]
     with torch.no_grad():
-        plain = target.model.model(input_ids=sample["ids"][None, :-1].long()).last_hidden_state[0]
+        plain = llama.model.model(input_ids=sample["ids"][None, :-1].long()).last_hidden_state[0]
     assert torch.allclose(plain, sample["features"].float(), atol=2e-2)
     # Greedy answers are the target's greedy continuation.
     greedy = next(s for s in samples if not s["sampled"])
     prompt = greedy["ids"][: greedy["prompt_len"]][None].long()
     with torch.no_grad():
-        again = target.model.generate(prompt, attention_mask=torch.ones_like(prompt), max_new_tokens=10,
-                                      do_sample=False, pad_token_id=target.tokenizer.pad_token_id)[0]
+        again = llama.model.generate(prompt, attention_mask=torch.ones_like(prompt), max_new_tokens=10,
+                                     do_sample=False, pad_token_id=llama.tokenizer.pad_token_id)[0]
     answer = greedy["ids"][greedy["prompt_len"]:].tolist()
     assert again[greedy["prompt_len"]:][: len(answer)].tolist() == answer
 
     # Rerunning skips the finished shards.
     before = [p.stat().st_mtime_ns for p in shards]
     capsys.readouterr()
-    assert train.main(_data_args(tiny_model, prompts, data_dir)) == 0
+    assert train.main(_data_args(tiny_llama_dir, prompts, data_dir)) == 0
     assert "nothing to do" in capsys.readouterr().out
     assert [p.stat().st_mtime_ns for p in shards] == before
 
@@ -112,9 +77,9 @@ def test_data_then_fit_end_to_end(tiny_model, prompts, tmp_path, capsys):
     out = capsys.readouterr().out
     assert "coverage" in out
 
-    head = load_head(head_dir, target)
+    head = load_head(head_dir, llama)
     assert head.draft_vocab_size == 40
-    assert target.tokenizer.eos_token_id in head.draft_to_target().tolist()
+    assert llama.tokenizer.eos_token_id in head.draft_to_target().tolist()
     config = json.loads((head_dir / "config.json").read_text())
     assert config["training"]["steps"] == 40 and config["training"]["final"]
 
@@ -126,17 +91,12 @@ def test_data_then_fit_end_to_end(tiny_model, prompts, tmp_path, capsys):
 
 
 @pytest.mark.parametrize("soft", [False, True], ids=["next-token", "target-distribution"])
-def test_loss_goes_down_with_the_trainer(tiny_model, prompts, tmp_path, soft):
+def test_loss_goes_down_with_the_trainer(llama, six_samples, soft):
     from ddd.head import new_head
-    from ddd.models import load_target
 
-    data_dir = tmp_path / "data"
-    assert train.main(_data_args(tiny_model, prompts, data_dir, "--limit", "6")) == 0
-    samples, _ = answers.load_samples(data_dir)
-    target = load_target(str(tiny_model))
-    head = new_head(target).train().requires_grad_(True)
-    trainer = fit.HeadTrainer(target, head, soft=soft)
-    batch = fit.collate(samples, max_len=512)
+    head = new_head(llama).train().requires_grad_(True)
+    trainer = fit.HeadTrainer(llama, head, soft=soft)
+    batch = fit.collate(six_samples, max_len=512)
     optimizer = torch.optim.AdamW(head.parameters(), lr=3e-3)
     first = None
     for _ in range(30):
@@ -148,7 +108,7 @@ def test_loss_goes_down_with_the_trainer(tiny_model, prompts, tmp_path, soft):
     assert float(loss.detach()) < 0.7 * first  # soft targets: the CE term cannot fall below their entropy
     assert parts["acc"] > 0.5
     # Target embeddings and LM head stay frozen: the trainer never hands them to the optimizer.
-    assert not target.model.lm_head.weight.requires_grad
+    assert not llama.model.lm_head.weight.requires_grad
 
 
 def test_collate_mask_covers_answer_positions_only():
@@ -173,19 +133,17 @@ def test_shared_prefix_is_the_prompts_common_start():
     assert fit.shared_prefix(samples) == 3
 
 
-def test_level_two_sees_what_a_second_draft_call_sees(tiny_model):
+def test_level_two_sees_what_a_second_draft_call_sees(llama):
     """Level two at position t reads the head's own guess for f_t and attends to the real-feature context
     before t: the same output as running the head on that context and then the one guessed position."""
     from transformers import DynamicCache
 
     from ddd.head import new_head
-    from ddd.models import load_target
 
-    target = load_target(str(tiny_model))
-    head = new_head(target).eval()
-    trainer = fit.HeadTrainer(target, head)
+    head = new_head(llama).eval()
+    trainer = fit.HeadTrainer(llama, head)
     torch.manual_seed(0)
-    width, hidden = 7, target.hidden_size
+    width, hidden = 7, llama.hidden_size
     embeds, feats, guesses = (torch.randn(1, width, hidden) for _ in range(3))
     positions = torch.arange(width)[None]
     cache = DynamicCache(config=head.config)
@@ -199,17 +157,12 @@ def test_level_two_sees_what_a_second_draft_call_sees(tiny_model):
             torch.testing.assert_close(out, alone[0, -1], rtol=1e-4, atol=1e-5)
 
 
-def test_level_two_training_lowers_the_deeper_loss(tiny_model, prompts, tmp_path):
+def test_level_two_training_lowers_the_deeper_loss(llama, six_samples):
     from ddd.head import new_head
-    from ddd.models import load_target
 
-    data_dir = tmp_path / "data"
-    assert train.main(_data_args(tiny_model, prompts, data_dir, "--limit", "6")) == 0
-    samples, _ = answers.load_samples(data_dir)
-    target = load_target(str(tiny_model))
-    head = new_head(target).train().requires_grad_(True)
-    trainer = fit.HeadTrainer(target, head, level2=0.5)
-    batch = fit.collate(samples, max_len=512)
+    head = new_head(llama).train().requires_grad_(True)
+    trainer = fit.HeadTrainer(llama, head, level2=0.5)
+    batch = fit.collate(six_samples, max_len=512)
     optimizer = torch.optim.AdamW(head.parameters(), lr=3e-3)
     before = trainer.evaluate([batch])["acc_self"]
     for _ in range(30):

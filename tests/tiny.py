@@ -49,6 +49,16 @@ def save_tiny_model(directory: Path, family: str = "llama", seed: int = 0, max_p
 
 
 PROMPTS = ["the cat sat", "one two three", "def add(a, b)", "five six", "La maison", "seven eight nine"]
+# Prompts the fitted heads were not fitted on.
+UNSEEN = ["seven cats", "Translate to French: the dog"]
+# Tree settings every greedy losslessness test runs through: the papers' defaults, and shapes that stress
+# the tree code (a hand-written static tree, a one-wide beam nine calls deep, DDD checking at every call).
+TREE_SETTINGS = {
+    "eagle": [{}, {"tree": [[0], [1], [0, 0], [0, 0, 0], [1, 0]]}],
+    "eagle2": [{}, {"top_k": 3, "draft_calls": 4, "total_tokens": 8}, {"top_k": 1, "draft_calls": 9, "total_tokens": 10}],
+    "ddd": [{}, {"check_steps": "all", "threshold": -0.05}, {"top_k": 4, "max_draft_calls": 6, "check_steps": "2,4",
+                                                            "total_tokens": 12}],
+}
 
 
 @torch.no_grad()
