@@ -4,6 +4,7 @@ beyond its config."""
 from __future__ import annotations
 
 import re
+import shutil
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -101,9 +102,33 @@ def check_fits(model: str | None, dtype: str, device: str, freed: int = 0) -> No
         config = AutoConfig.from_pretrained(str(fetch(model, "model", ["config.json"])))
     except (OSError, ValueError) as err:
         raise ModelLoadError(f"Could not read the config of {model!r}: {err}") from None
-    needed = int(parameter_count(config) * bytes_per_parameter(dtype) * HEADROOM)
+    params = parameter_count(config)
+    needed = int(params * bytes_per_parameter(dtype) * HEADROOM)
     available = free_memory(device) + freed
     if needed > available:
         raise ModelLoadError(
             f"{model} needs about {needed / 2**30:.1f} GiB in {dtype} on {device}, and {available / 2**30:.1f} GiB "
             f"is free there: choose a smaller model or precision, or a machine with more memory.")
+    if is_hub_id(model) and not _cached(model):
+        # Published checkpoints store 16-bit weights; a download that cannot fit would fail half-way.
+        download, disk = params * 2, shutil.disk_usage(_hub_cache()).free
+        if download > disk:
+            raise ModelLoadError(f"{model} is about {download / 2**30:.1f} GiB to download and the model cache has "
+                                 f"{disk / 2**30:.1f} GiB free.")
+
+
+def _hub_cache() -> Path:
+    from huggingface_hub.constants import HF_HUB_CACHE
+
+    Path(HF_HUB_CACHE).mkdir(parents=True, exist_ok=True)
+    return Path(HF_HUB_CACHE)
+
+
+def _cached(model: str) -> bool:
+    """Whether the model's weights are in the hub cache already (nothing to download)."""
+    from huggingface_hub import scan_cache_dir
+
+    try:
+        return any(repo.repo_id == model and repo.size_on_disk > 0 for repo in scan_cache_dir(_hub_cache()).repos)
+    except Exception:  # noqa: BLE001 - an unreadable cache counts as empty: the download check then applies
+        return False

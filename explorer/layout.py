@@ -44,7 +44,7 @@ class Ui(dict):
 
 
 def layout(examples: list[str], precisions: list[str], precision: str, preset: str, model_info: str,
-           new_session, close_session) -> Ui:
+           menu: list[str], chosen: str, menu_on: bool, new_session, close_session) -> Ui:
     """Place every component (inside an open gr.Blocks)."""
     ui = Ui()
     ui["session"] = gr.State(new_session, delete_callback=close_session)
@@ -68,7 +68,7 @@ def layout(examples: list[str], precisions: list[str], precision: str, preset: s
                 ui["download"] = gr.DownloadButton("Save this run", size="sm", interactive=False)
             ui["info"] = gr.HTML(elem_classes="race-info")
     with gr.Accordion("Settings", open=False):
-        _settings(ui, precisions, precision, preset, model_info)
+        _settings(ui, precisions, precision, preset, model_info, menu, chosen, menu_on)
     ui["message"] = gr.HTML(visible=False, elem_id="message")
     ui["headline"] = gr.HTML(headline_html({}), elem_id="headline")
     with gr.Row(equal_height=False):
@@ -89,8 +89,14 @@ def layout(examples: list[str], precisions: list[str], precision: str, preset: s
     return ui
 
 
-def _settings(ui: Ui, precisions: list[str], precision: str, preset_name: str, model_info: str) -> None:
+def _settings(ui: Ui, precisions: list[str], precision: str, preset_name: str, model_info: str,
+              menu: list[str], chosen: str, menu_on: bool) -> None:
     ui["model_info"] = gr.Markdown(model_info)
+    with gr.Row(visible=menu_on):
+        ui["model_menu"] = gr.Dropdown(menu, value=chosen, label="model and draft head", scale=3)
+        ui["model_id"] = gr.Textbox(label="model's hub id", max_lines=1, scale=2)
+        ui["head_id"] = gr.Textbox(label="draft head's hub id (or 'random')", max_lines=1, scale=2)
+        ui["choose"] = gr.Button("Use this model", size="sm", scale=1)
     with gr.Row():
         ui["max_new_tokens"] = CheckedSlider(8, 512, value=64, step=8, label="max new tokens")
         ui["temperature"] = CheckedSlider(0, 2, value=0, step=0.05, label="temperature (0 = greedy)")

@@ -7,6 +7,7 @@ import gradio as gr
 
 from components.exports import CACHE_CLEANUP
 
+from .choosing import ModelMenu, current_label, menu_labels
 from .examples import ExampleShelf
 from .layout import COLUMNS, RACE_OUTPUTS, SETTINGS, STEP_OUTPUTS, Ui, layout
 from .models import Models
@@ -25,19 +26,25 @@ class Page:
     ui: Ui
     viewer: Viewer
     runner: Runner
+    menu: ModelMenu
 
 
 def build_page(models: Models, shelf: ExampleShelf, sessions: Sessions | None = None) -> Page:
     sessions = sessions or Sessions()
     with gr.Blocks(title="DDD Explorer", delete_cache=CACHE_CLEANUP) as demo:
         ui = layout(list(shelf.files()), models.precisions(), models.default_precision(),
-                    default_preset(models.device()), models.describe(), Session, sessions.close)
+                    default_preset(models.device()), models.describe(), menu_labels(models.device()),
+                    current_label(models), not models.pinned, Session, sessions.close)
         viewer = Viewer(ui, sessions, shelf)
         runner = Runner(ui, models, sessions, viewer, device_race(models), device_measure(models))
         _wire_viewing(demo, ui, viewer)
         _wire_running(ui, runner, models)
+        menu = ModelMenu(ui, models)
+        ui["choose"].click(menu.choose, ui.of(["model_menu", "model_id", "head_id"]),
+                           ui.of(["model_info", "message", "preset", *PRESET_FIELDS]), api_name="choose_model",
+                           concurrency_id="model", concurrency_limit=1)
     demo.queue(default_concurrency_limit=4, max_size=QUEUE_SIZE)
-    return Page(demo, ui, viewer, runner)
+    return Page(demo, ui, viewer, runner, menu)
 
 
 def _wire_viewing(demo: gr.Blocks, ui: Ui, viewer: Viewer) -> None:

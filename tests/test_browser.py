@@ -18,6 +18,8 @@ from pathlib import Path
 
 import pytest
 
+from tests.bad_inputs import PAYLOADS, changed, evil_race
+
 CHROMIUM = Path("/usr/bin/chromium")
 OUT = Path(__file__).resolve().parents[1] / "out"
 FLAGS = ["--headless", "--no-sandbox", "--disable-gpu", "--disable-background-networking",
@@ -180,3 +182,64 @@ def test_example_step_through_and_race(app_server, browser):
     assert "max_new_tokens" in browser.js(text_of("cnt-ddd"))
     shot = browser.screenshot(OUT / "screenshot.png")
     assert shot.stat().st_size > 10_000
+
+
+# ---------------------------------------------------------------------------------------------------
+# In a real browser: script payloads in uploaded files and typed settings show as text, never as elements.
+# ---------------------------------------------------------------------------------------------------
+
+# Elements that carry a payload as markup: an attribute naming the marker, or a script or frame holding it.
+# Escaped text holding the same words is a text node, so it is not counted.
+INJECTED = """[...document.querySelectorAll('*')].filter(e =>
+    [...e.attributes].some(a => a.value.includes('__xss')) ||
+    (['SCRIPT', 'IFRAME'].includes(e.tagName) && (e.textContent + (e.srcdoc || '')).includes('__xss'))
+).map(e => e.outerHTML.slice(0, 120))"""
+
+
+def upload(browser, path: Path) -> None:
+    root = browser.send("DOM.getDocument", {"depth": -1})["root"]["nodeId"]
+    node = browser.send("DOM.querySelector", {"nodeId": root, "selector": "input[type=file]"})["nodeId"]
+    browser.send("DOM.setFileInputFiles", {"files": [str(path)], "nodeId": node})
+
+
+def test_script_payloads_stay_text_in_the_browser(app_server, tmp_path):
+    browser = Browser(tmp_path / "profile")
+    try:
+        browser.open(app_server.url)
+        browser.wait_for(f"{text_of('ans-ddd')}.trim().length > 0 && !{text_of('ans-ddd')}.includes('no run yet')",
+                         90, "the example race")
+        info = "(document.querySelector('.race-info')?.innerText || '')"
+        # A file refused for its format: the message quotes the payload as text.
+        bad = tmp_path / "evil-format.json"
+        bad.write_bytes(changed({"format": PAYLOADS[0]}))
+        upload(browser, bad)
+        browser.wait_for(f"{text_of('message')}.includes('not a DDD Explorer recorded run')", 60, "the refusal")
+        assert PAYLOADS[0] in browser.js(text_of("message"))
+        # A valid file whose texts are payloads: shown as text in the info line and the answer column.
+        good = tmp_path / "evil-race.json"
+        good.write_bytes(evil_race())
+        upload(browser, good)
+        browser.wait_for(f"{info}.includes('onerror')", 60, "the loaded race")
+        shown = browser.js(info)
+        for payload in (PAYLOADS[2], PAYLOADS[0], PAYLOADS[3], PAYLOADS[1]):
+            assert payload in shown, (payload, shown)
+        assert PAYLOADS[4] in browser.js(text_of("ans-plain"))
+        # A typed setting: the refusal quotes it as text.
+        browser.js("[...document.querySelectorAll('button')].find(b => b.innerText.trim().startsWith('Settings'))"
+                   "?.click()")
+        field = ("[...document.querySelectorAll('label')].find(l => l.innerText.includes('DDD check after calls'))"
+                 "?.closest('.block')?.querySelector('textarea, input')")
+        browser.wait_for(f"!!({field})", 20, "the check-after-calls field")
+        browser.js(f"""(() => {{ const t = {field}; t.value = {json.dumps(PAYLOADS[0])};
+            t.dispatchEvent(new Event('input', {{bubbles: true}})); }})()""")
+        browser.js("""(() => { const t = document.querySelector('#prompt textarea'); t.value = 'the cat sat';
+            t.dispatchEvent(new Event('input', {bubbles: true})); })()""")
+        time.sleep(0.5)
+        browser.js("document.querySelector('#run').click()")
+        browser.wait_for(f"{text_of('message')}.includes('not a draft call number')", 60, "the settings refusal")
+        assert PAYLOADS[0] in browser.js(text_of("message"))
+        time.sleep(1)  # let any toast render
+        assert browser.js("window.__xss") is None
+        assert browser.js(INJECTED) == []
+    finally:
+        browser.close()

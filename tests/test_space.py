@@ -20,7 +20,7 @@ from packaging.version import Version
 
 from ddd.head import HUB_WEIGHTS_NOTE, SHIPPED_HEAD, choose_head
 from ddd.models import DEFAULT_HUB_ID, DEFAULT_MODEL, GGUF_PACKAGE_PIN
-from tests.tiny import tiny_tokenizer
+from tests.tiny import hub_snapshot, tiny_tokenizer
 
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -58,11 +58,7 @@ def cache_as_hub_model(hf_home: Path) -> Path:
     laid out in the Hugging Face cache as a download of DEFAULT_HUB_ID would be."""
     from transformers import LlamaConfig, LlamaForCausalLM
 
-    repo = hf_home / "hub" / ("models--" + DEFAULT_HUB_ID.replace("/", "--"))
-    commit = "0" * 40
-    snapshot = repo / "snapshots" / commit
-    (repo / "refs").mkdir(parents=True)
-    (repo / "refs" / "main").write_text(commit)
+    snapshot = hub_snapshot(hf_home, DEFAULT_HUB_ID)
     tiny_tokenizer(snapshot)
     shapes = json.loads((SHIPPED_HEAD / "config.json").read_text())
     config = LlamaConfig(**{k: shapes[k] for k in ("vocab_size", "hidden_size", "intermediate_size", "head_dim",

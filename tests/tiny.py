@@ -204,3 +204,13 @@ def render_everything(race) -> int:
         assert view.narration and view.depth.data
         assert 'class="step cur"' in view.ddd_text or index >= len(race.traces["ddd"].steps)
     return steps
+
+
+def hub_snapshot(hf_home: Path, repo_id: str) -> Path:
+    """The snapshot folder a download of `repo_id` would fill in the Hugging Face cache under `hf_home`
+    (save a model, tokenizer or head into it; HF_HOME=hf_home with HF_HUB_OFFLINE=1 then finds it)."""
+    repo = hf_home / "hub" / ("models--" + repo_id.replace("/", "--"))
+    commit = "0" * 40
+    (repo / "refs").mkdir(parents=True)
+    (repo / "refs" / "main").write_text(commit)
+    return repo / "snapshots" / commit

@@ -1,0 +1,98 @@
+"""The model menu: the papers' pairs on a GPU, only what races at a usable pace on a CPU, any model and head
+typed in (a directory or a hub id), and a memory check from the model's config before anything loads."""
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+import ddd.catalog
+from ddd.catalog import PAIRS, check_fits, parameter_count
+from ddd.models import ModelLoadError
+from explorer.choosing import OTHER, menu_labels
+from tests.tiny import hub_snapshot, message_of, save_tiny_model
+
+ROOT = Path(__file__).resolve().parents[1]
+
+
+def test_the_parameter_count_read_from_a_config_matches_the_model(llama):
+    model = llama.model
+    weights = sum(p.numel() for n, p in model.named_parameters() if "norm" not in n)
+    assert parameter_count(model.config) == weights
+
+
+def test_a_model_too_big_for_the_free_memory_is_refused_before_it_loads(tiny_llama_dir, monkeypatch):
+    check_fits(str(tiny_llama_dir), "float32", "cpu")
+    monkeypatch.setattr(ddd.catalog, "free_memory", lambda device: 1000)
+    with pytest.raises(ModelLoadError, match="needs about .* GiB in float32 on cpu"):
+        check_fits(str(tiny_llama_dir), "float32", "cpu")
+    check_fits(str(tiny_llama_dir), "float32", "cpu", freed=10**9)  # the loaded model's memory comes back
+
+
+def test_a_cpu_is_offered_the_default_and_a_gpu_the_papers_pairs_too():
+    assert menu_labels("cpu") == [PAIRS[0].label, OTHER]
+    assert menu_labels("cuda") == [p.label for p in PAIRS] + [OTHER]
+    assert {p.head for p in PAIRS[1:]} == {"yuhuili/EAGLE-Vicuna-7B-v1.3", "yuhuili/EAGLE-LLaMA3-Instruct-8B",
+                                           "yuhuili/EAGLE3-LLaMA3.1-Instruct-8B"}
+
+
+def test_the_typed_choice_is_kept_for_the_next_run(page):
+    models = page.runner.models
+    out = page.ui.named(page.menu.choose(OTHER, "tiny-org/not-downloaded", "random"))
+    if "loads on the next Run" in message_of(out):  # a hub is reachable here and the config came
+        assert models.config.model == "tiny-org/not-downloaded" and not models.loaded
+    else:  # offline: the config could not be fetched, and the loaded model stays
+        assert "Could not" in message_of(out) and models.loaded
+
+
+@pytest.mark.parametrize("label, model, words", [
+    (OTHER, "", "Type a model"),
+    (OTHER, "no such thing at all", "not a hub id"),
+    (OTHER, str(ROOT), "local directories are given on the command line"),
+    (OTHER, "x" * 400, "at most 300"),
+    ("a pair that is not offered", "", "no model choice called"),
+    (PAIRS[1].label, "", "no model choice called"),  # a GPU pair, on this CPU
+])
+def test_a_bad_choice_says_why_and_keeps_the_model(page, label, model, words):
+    before = page.runner.models.config
+    out = page.ui.named(page.menu.choose(label, model, ""))
+    assert words in message_of(out) and page.runner.models.config is before
+
+
+# A race through hub ids alone, in a fresh interpreter (huggingface_hub reads HF_HOME and HF_HUB_OFFLINE
+# once, at import).
+RACE_FROM_HUB = """
+import json
+from explorer.examples import ExampleShelf
+from explorer.models import ModelConfig, Models
+from explorer.page import build_page
+from explorer.sessions import Session
+from tests.tiny import race_frames
+page = build_page(Models(ModelConfig(dtype="float32")), ExampleShelf("assets/examples"))
+page.menu.choose("another model (type its ids below)", "tiny-org/tiny-llama", "tiny-org/tiny-head")
+session = Session()
+race_frames(page, "the cat sat", session)
+traces = session.race.traces
+print(json.dumps({"methods": list(traces), "texts": len({t.text for t in traces.values()}),
+                  "model": traces["ddd"].model, "head": traces["ddd"].head}))
+"""
+
+
+def test_a_model_and_head_given_by_hub_id_race_from_the_hub_cache(llama_head, tmp_path):
+    from ddd import save_head
+
+    hf_home = tmp_path / "hf"
+    save_tiny_model(hub_snapshot(hf_home, "tiny-org/tiny-llama"))
+    save_head(llama_head, hub_snapshot(hf_home, "tiny-org/tiny-head"))
+    env = {k: v for k, v in os.environ.items() if not k.startswith(("HF_", "DDD_"))}
+    env.update(HF_HOME=str(hf_home), HF_HUB_OFFLINE="1", OMP_NUM_THREADS="1", GRADIO_ANALYTICS_ENABLED="False")
+    out = subprocess.run([sys.executable, "-c", RACE_FROM_HUB], cwd=ROOT, env=env, capture_output=True, text=True,
+                         timeout=600)
+    assert out.returncode == 0, out.stderr[-3000:]
+    result = json.loads(out.stdout.strip().splitlines()[-1])
+    assert result == {"methods": ["plain", "eagle2", "ddd"], "texts": 1, "model": "tiny-org/tiny-llama",
+                      "head": "tiny-org/tiny-head"}
