@@ -1,7 +1,8 @@
 """DDD Explorer's engine: plain, EAGLE, EAGLE-2 and Dynamic Depth Decoding on stock transformers models."""
 from .eagle3 import Eagle3Head, new_eagle3_head
 from .engine import Generation, PromptError, encode_prompt, generate
-from .head import DraftHead, EagleHead, HeadLoadError, load_head, new_head, resolve_head, save_head
+from .catalog import resolve_head
+from .head import DraftHead, EagleHead, HeadLoadError, load_head, new_head, save_head
 from .models import DEFAULT_MODEL, ModelLoadError, Target, load_target
 from .settings import METHODS, Sampling, SettingsError, method_settings
 from .trace import SCHEMA_VERSION, DraftNode, RunTrace, Step, TraceFileError

@@ -138,7 +138,8 @@ def machine_info(target) -> dict[str, Any]:
 
 
 def load_models(args, specs: list[RunSpec]):
-    from .head import HeadLoadError, resolve_head
+    from .catalog import resolve_head
+    from .head import HeadLoadError
     from .models import ModelLoadError, load_target
     from .settings import SettingsError, method_settings
 

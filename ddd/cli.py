@@ -8,7 +8,8 @@ import sys
 import threading
 
 from .engine import PromptError, generate
-from .head import HeadLoadError, resolve_head
+from .catalog import resolve_head
+from .head import HeadLoadError
 from .models import DTYPES, ModelLoadError, load_target
 from .settings import METHODS, Sampling, SettingsError
 from .trace import TraceFileError

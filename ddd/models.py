@@ -146,7 +146,7 @@ def load_target(
         if _embedded_default_available():
             source = _convert_default()
         else:
-            # The name says where the weights came from: traces record it, and head.choose_head tells the
+            # The name says where the weights came from: traces record it, and catalog.choose_head tells the
             # user that the shipped head was trained on the GGUF's weights, not these.
             source = label = DEFAULT_HUB_ID
     try:

@@ -8,7 +8,7 @@ from typing import Any
 
 from components.tokens import escape
 from components.views import source_name
-from ddd.head import choose_head
+from ddd.catalog import choose_head
 from ddd.settings import PRECISIONS
 
 # The CPU's starting precision: int8 makes a verified tree cheapest next to one plain step, which is where

@@ -140,9 +140,9 @@ def test_loading_a_broken_or_foreign_file_says_why(tmp_path, page):
 
 
 def test_head_fallback_note(tmp_path, monkeypatch):
-    import ddd.head
+    import ddd.catalog
 
-    monkeypatch.setattr(ddd.head, "SHIPPED_HEAD", tmp_path / "missing")
+    monkeypatch.setattr(ddd.catalog, "SHIPPED_HEAD", tmp_path / "missing")
     assert "random" in Models(ModelConfig()).describe()
 
 

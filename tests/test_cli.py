@@ -131,7 +131,7 @@ def test_a_head_for_another_model_fails_cleanly_from_the_shell(tiny_llama_dir):
     import sys
     from pathlib import Path
 
-    from ddd.head import SHIPPED_HEAD
+    from ddd.catalog import SHIPPED_HEAD
 
     done = subprocess.run([sys.executable, "-m", "ddd", "generate", "hi", "--model", str(tiny_llama_dir), "--head",
                            str(SHIPPED_HEAD)], capture_output=True, text=True, cwd=Path(__file__).parents[1])

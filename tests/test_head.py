@@ -97,7 +97,7 @@ def test_missing_head_files(tmp_path, llama):
 
 
 def test_one_rule_picks_the_head_for_every_caller(tmp_path):
-    from ddd.head import SHIPPED_HEAD, choose_head
+    from ddd.catalog import SHIPPED_HEAD, choose_head
     from ddd.models import DEFAULT_MODEL
 
     assert choose_head(None, DEFAULT_MODEL).source == str(SHIPPED_HEAD)

@@ -18,7 +18,7 @@ from packaging.requirements import Requirement
 from packaging.specifiers import SpecifierSet
 from packaging.version import Version
 
-from ddd.head import HUB_WEIGHTS_NOTE, SHIPPED_HEAD, choose_head
+from ddd.catalog import HUB_WEIGHTS_NOTE, SHIPPED_HEAD, choose_head
 from ddd.models import DEFAULT_HUB_ID, DEFAULT_MODEL, GGUF_PACKAGE_PIN
 from tests.tiny import hub_snapshot, tiny_tokenizer
 
