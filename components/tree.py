@@ -136,54 +136,87 @@ def tree_figure(step: Step | None, trace: RunTrace | None = None, *, show: str =
     top_k = int((trace.settings.get("top_k") if trace is not None else None) or 10)
     graph = build_graph(step, top_k, show)
     pos = layout(graph)
-    traces: list[dict[str, Any]] = []
-    deepest = max((d for _, d in graph.nodes(data="depth")), default=0)
-    levels = max(step.draft_calls, deepest)
-    shapes, notes = [], []
-    for level in range(1, levels + 1):
-        shapes.append(dict(type="rect", xref="x", yref="paper", x0=level - 0.5, x1=level + 0.5, y0=0, y1=1,
-                           fillcolor=BAND_COLORS[level % 2], line=dict(width=0), layer="below"))
-    # The levels DDD chose not to draft share one narrow band: drawn one column each, they took most of the width.
+    levels = max(step.draft_calls, max((d for _, d in graph.nodes(data="depth")), default=0))
     ghost = step.max_draft_calls > step.draft_calls
-    if ghost:
-        band = levels + 0.55
-        shapes.append(dict(type="rect", xref="x", yref="paper", x0=band, x1=band + GHOST_WIDTH, y0=0, y1=1,
-                           fillcolor=GHOST_COLOR, line=dict(width=1, color=GHOST_LINE, dash="dot"), layer="below"))
-        skipped = (f"level {step.max_draft_calls}" if step.max_draft_calls == step.draft_calls + 1
-                   else f"levels {step.draft_calls + 1}–{step.max_draft_calls}")
-        notes.append(dict(x=band + GHOST_WIDTH / 2, y=0.5, xref="x", yref="paper", text=f"{skipped} not drafted",
-                          textangle=-90, showarrow=False, font=dict(size=11, color="rgba(109,40,217,0.8)")))
-    # H at each check above its level, on three staggered rows so that neighbouring values never meet.
-    checks = sorted(step.checks, key=lambda c: c.call)
-    if checks:
-        notes.append(dict(x=0, y=1.0, xref="x", yref="paper", yanchor="bottom", showarrow=False, text="H:",
-                          font=dict(size=10, color="#475569")))
-    for row, check in enumerate(checks):
-        text = f"{check.confidence:.2f}" + (" stop" if check.stop else "")
-        notes.append(dict(x=check.call, y=1.0 + 0.04 * (row % 3), xref="x", yref="paper", yanchor="bottom",
-                          showarrow=False, text=text,
-                          font=dict(size=10, color="#dc2626" if check.stop else "#15803d")))
-    # Edges: one trace for the accepted path, one for the rest (None breaks the polyline between edges).
-    for accepted in (False, True):
-        xs: list[float | None] = []
-        ys: list[float | None] = []
-        for a, b, edge in graph.edges(data=True):
-            if bool(edge.get("accepted")) != accepted:
-                continue
-            (x0, y0), (x1, y1) = pos[a], pos[b]
-            xs += [x0, x1, None]
-            ys += [y0, y1, None]
-        if xs:
-            traces.append(dict(type="scatter", x=xs, y=ys, mode="lines", hoverinfo="skip", showlegend=False,
-                             line=dict(color=COLORS["accepted"] if accepted else "rgba(100,116,139,0.35)",
-                                       width=3 if accepted else 1)))
-    # Labels only where they fit: always on the root, the accepted path and the bonus token; elsewhere only in
-    # levels of at most LABELLED_LEVEL nodes (every node keeps its hover text).
+    shapes, notes = _bands(step, levels)
+    checks = _check_notes(step)
     per_level: dict[float, int] = {}
     for x, _ in pos.values():
         per_level[x] = per_level.get(x, 0) + 1
     if height is None:  # tall enough for the fullest level, within reason
         height = int(min(max(14 * max(per_level.values()) + 150, 440), 900))
+    traces = _edge_traces(graph, pos) + _node_traces(graph, pos, per_level)
+    if ghost:
+        traces.append(dict(type="scatter", meta="ghost", x=[None], y=[None], mode="markers",
+                         name="levels not drafted (DDD stopped)",
+                         marker=dict(symbol="square", size=12, color=GHOST_COLOR, line=dict(color=GHOST_LINE, width=1))))
+    last = levels + (0.7 + GHOST_WIDTH if ghost else 0.7)
+    return figure(traces, dict(
+        title=dict(text=head + f" · {step.draft_calls} draft call{'s' if step.draft_calls != 1 else ''}"
+                   f" · {step.accepted} accepted", font=dict(size=14)),
+        height=height, shapes=shapes, annotations=notes + checks,
+        margin=dict(l=10, r=10, t=90 if checks else 50, b=40), hovermode="closest",
+        legend=dict(orientation="h", y=-0.08, x=0, font=dict(size=10)),
+        xaxis=dict(range=[-1.0, last], tickmode="array", tickvals=list(range(0, levels + 1)),
+                   ticktext=["root"] + [str(i) for i in range(1, levels + 1)], title=None, showgrid=False,
+                   zeroline=False),
+        yaxis=dict(visible=False, range=[-1.08, 1.08]),
+        uirevision=f"tree-{trace.method if trace else ''}",
+    ))
+
+
+def _bands(step: Step, levels: int) -> tuple[list[dict], list[dict]]:
+    """A band per drafted level, and one narrow band for the levels DDD chose not to draft (drawn a column
+    each, they took most of the width), with its note."""
+    shapes = [dict(type="rect", xref="x", yref="paper", x0=level - 0.5, x1=level + 0.5, y0=0, y1=1,
+                   fillcolor=BAND_COLORS[level % 2], line=dict(width=0), layer="below") for level in range(1, levels + 1)]
+    if step.max_draft_calls <= step.draft_calls:
+        return shapes, []
+    band = levels + 0.55
+    shapes.append(dict(type="rect", xref="x", yref="paper", x0=band, x1=band + GHOST_WIDTH, y0=0, y1=1,
+                       fillcolor=GHOST_COLOR, line=dict(width=1, color=GHOST_LINE, dash="dot"), layer="below"))
+    skipped = (f"level {step.max_draft_calls}" if step.max_draft_calls == step.draft_calls + 1
+               else f"levels {step.draft_calls + 1}–{step.max_draft_calls}")
+    return shapes, [dict(x=band + GHOST_WIDTH / 2, y=0.5, xref="x", yref="paper", text=f"{skipped} not drafted",
+                         textangle=-90, showarrow=False, font=dict(size=11, color="rgba(109,40,217,0.8)"))]
+
+
+def _check_notes(step: Step) -> list[dict]:
+    """H at each check above its level, on three staggered rows so that neighbouring values never meet."""
+    checks = sorted(step.checks, key=lambda c: c.call)
+    if not checks:
+        return []
+    notes = [dict(x=0, y=1.0, xref="x", yref="paper", yanchor="bottom", showarrow=False, text="H:",
+                  font=dict(size=10, color="#475569"))]
+    for row, check in enumerate(checks):
+        notes.append(dict(x=check.call, y=1.0 + 0.04 * (row % 3), xref="x", yref="paper", yanchor="bottom",
+                          showarrow=False, text=f"{check.confidence:.2f}" + (" stop" if check.stop else ""),
+                          font=dict(size=10, color="#dc2626" if check.stop else "#15803d")))
+    return notes
+
+
+def _edge_traces(graph: nx.DiGraph, pos: dict) -> list[dict]:
+    """One trace for the accepted path, one for the rest (None breaks the polyline between edges)."""
+    traces = []
+    for accepted in (False, True):
+        xs: list[float | None] = []
+        ys: list[float | None] = []
+        for a, b, edge in graph.edges(data=True):
+            if bool(edge.get("accepted")) == accepted:
+                (x0, y0), (x1, y1) = pos[a], pos[b]
+                xs += [x0, x1, None]
+                ys += [y0, y1, None]
+        if xs:
+            traces.append(dict(type="scatter", x=xs, y=ys, mode="lines", hoverinfo="skip", showlegend=False,
+                               line=dict(color=COLORS["accepted"] if accepted else "rgba(100,116,139,0.35)",
+                                         width=3 if accepted else 1)))
+    return traces
+
+
+def _node_traces(graph: nx.DiGraph, pos: dict, per_level: dict[float, int]) -> list[dict]:
+    """A trace per node status. Labels only where they fit: always on the root, the accepted path and the
+    bonus token; elsewhere only in levels of at most LABELLED_LEVEL nodes (every node keeps its hover text)."""
+    traces = []
     for status in ("pruned", "rejected", "root", "accepted", "bonus"):
         nodes = [n for n, s in graph.nodes(data="status") if s == status]
         if not nodes:
@@ -204,20 +237,4 @@ def tree_figure(step: Step | None, trace: RunTrace | None = None, *, show: str =
             hovertext=[_hover(graph.nodes[n]) for n in nodes], hoverinfo="text",
             name=f"{STATUS_NAMES[status]} ({len(nodes)})",
         ))
-    if ghost:
-        traces.append(dict(type="scatter", meta="ghost", x=[None], y=[None], mode="markers",
-                         name="levels not drafted (DDD stopped)",
-                         marker=dict(symbol="square", size=12, color=GHOST_COLOR, line=dict(color=GHOST_LINE, width=1))))
-    last = levels + (0.7 + GHOST_WIDTH if ghost else 0.7)
-    return figure(traces, dict(
-        title=dict(text=head + f" · {step.draft_calls} draft call{'s' if step.draft_calls != 1 else ''}"
-                   f" · {step.accepted} accepted", font=dict(size=14)),
-        height=height, shapes=shapes, annotations=notes,
-        margin=dict(l=10, r=10, t=90 if checks else 50, b=40), hovermode="closest",
-        legend=dict(orientation="h", y=-0.08, x=0, font=dict(size=10)),
-        xaxis=dict(range=[-1.0, last], tickmode="array", tickvals=list(range(0, levels + 1)),
-                   ticktext=["root"] + [str(i) for i in range(1, levels + 1)], title=None, showgrid=False,
-                   zeroline=False),
-        yaxis=dict(visible=False, range=[-1.08, 1.08]),
-        uirevision=f"tree-{trace.method if trace else ''}",
-    ))
+    return traces

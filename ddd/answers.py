@@ -132,9 +132,7 @@ def _shard_path(out: Path, number: int) -> Path:
     return out / f"shard_{number:05d}.pt"
 
 
-def cmd_data(args) -> int:
-    from .models import load_target
-
+def _check_data_args(args) -> None:
     if args.limit is not None and args.limit < 1:
         raise TrainError("--limit must be at least 1.")
     if args.max_new_tokens < 1:
@@ -148,6 +146,49 @@ def cmd_data(args) -> int:
     if args.max_prompt_tokens < 8:
         raise TrainError("--max-prompt-tokens must be at least 8.")
     read_prompts(args.prompts)  # fail on a bad file before loading the model
+
+
+def _resume_plan(plan: dict, meta_path: Path) -> None:
+    """Keep the time already spent on this directory; refuse one made with other settings."""
+    plan["wall_s"] = 0.0
+    if meta_path.exists():
+        old = json.loads(meta_path.read_text())
+        changed = [k for k in _PLAN_KEYS if old.get(k) != plan.get(k)]
+        if changed:
+            raise TrainError(
+                f"{meta_path.parent} holds data made with different settings ({', '.join(changed)}); "
+                "rerun with the same arguments to resume, or pick another --out."
+            )
+        plan["wall_s"] = old.get("wall_s", 0.0)
+    meta_path.write_text(json.dumps(plan, indent=2))
+
+
+def _write_shard(target, items: list, number: int, args, out: Path, bar: tqdm, made: int, since: float) -> int:
+    """Answer one shard's prompts (shortest first, so batches pad little) and save it; `made` (new tokens so
+    far, reported on `bar` as a rate since `since`) plus this shard's."""
+    started = time.time()
+    chunk = sorted(items[number * args.shard_size:(number + 1) * args.shard_size], key=lambda i: len(i.ids))
+    generator = torch.Generator(device=target.device).manual_seed(args.seed * 100003 + number)
+    samples = []
+    for start in range(0, len(chunk), args.batch_size):
+        batch = chunk[start:start + args.batch_size]
+        answers = _answer_batch(target, batch, args, generator)
+        samples.extend(answers)
+        made += sum(len(s["ids"]) - s["prompt_len"] for s in answers)
+        bar.update(len(batch))
+        bar.set_postfix(new_tokens=made, tok_s=f"{made / (time.time() - since):.0f}")
+    samples.sort(key=lambda s: s["index"])
+    path = _shard_path(out, number)
+    tmp = path.with_suffix(".tmp")
+    torch.save({"format": DATA_FORMAT, "samples": samples, "wall_s": time.time() - started}, tmp)
+    tmp.replace(path)
+    return made
+
+
+def cmd_data(args) -> int:
+    from .models import load_target
+
+    _check_data_args(args)
     if args.threads:
         torch.set_num_threads(args.threads)
     started = time.time()
@@ -156,52 +197,25 @@ def cmd_data(args) -> int:
     out = Path(args.out)
     out.mkdir(parents=True, exist_ok=True)
     meta_path = out / "meta.json"
-    if meta_path.exists():
-        old = json.loads(meta_path.read_text())
-        changed = [k for k in _PLAN_KEYS if old.get(k) != plan.get(k)]
-        if changed:
-            raise TrainError(
-                f"{out} holds data made with different settings ({', '.join(changed)}); "
-                "rerun with the same arguments to resume, or pick another --out."
-            )
-        plan["wall_s"] = old.get("wall_s", 0.0)
-    else:
-        plan["wall_s"] = 0.0
-    meta_path.write_text(json.dumps(plan, indent=2))
+    _resume_plan(plan, meta_path)
     truncated = sum(item.truncated for item in items)
     print(f"{len(items)} prompts ({sum(i.sampled for i in items)} sampled at T={args.temperature}, "
           f"{truncated} cut to {args.max_prompt_tokens} tokens) -> {plan['shards']} shards in {out}", flush=True)
-
     todo = [n for n in range(plan["shards"]) if not _shard_path(out, n).exists()]
     if not todo:
         print("All shards are already there; nothing to do.")
         return 0
     bar = tqdm(total=len(items), desc="answers", unit="prompt", initial=len(items) - sum(
         len(items[n * args.shard_size:(n + 1) * args.shard_size]) for n in todo), dynamic_ncols=True)
-    new_tokens = 0
+    made = 0
     try:
         for number in todo:
-            shard_started = time.time()
-            chunk = sorted(items[number * args.shard_size:(number + 1) * args.shard_size], key=lambda i: len(i.ids))
-            generator = torch.Generator(device=target.device).manual_seed(args.seed * 100003 + number)
-            samples = []
-            for start in range(0, len(chunk), args.batch_size):
-                batch = chunk[start:start + args.batch_size]
-                made = _answer_batch(target, batch, args, generator)
-                samples.extend(made)
-                new_tokens += sum(len(s["ids"]) - s["prompt_len"] for s in made)
-                bar.update(len(batch))
-                bar.set_postfix(new_tokens=new_tokens, tok_s=f"{new_tokens / (time.time() - started):.0f}")
-            samples.sort(key=lambda s: s["index"])
-            path = _shard_path(out, number)
-            tmp = path.with_suffix(".tmp")
-            torch.save({"format": DATA_FORMAT, "samples": samples, "wall_s": time.time() - shard_started}, tmp)
-            tmp.replace(path)
+            made = _write_shard(target, items, number, args, out, bar, made, started)
     finally:
         bar.close()
         plan["wall_s"] += time.time() - started
         meta_path.write_text(json.dumps(plan, indent=2))
-    print(f"Done: {new_tokens} new answer tokens in {time.time() - started:.0f} s "
+    print(f"Done: {made} new answer tokens in {time.time() - started:.0f} s "
           f"(all runs of this directory: {plan['wall_s']:.0f} s).", flush=True)
     return 0
 

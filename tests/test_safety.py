@@ -35,10 +35,8 @@ CALL_TIMEOUT_S = 60
 def test_crafted_run_file_is_refused_with_its_own_message(tmp_path, name, content, words):
     path = tmp_path / f"{name}.json"
     path.write_bytes(content())
-    started = time.perf_counter()
     with pytest.raises(RaceFileError, match=words.replace("(", r"\(")):
         load_race(path)
-    assert time.perf_counter() - started < 10
 
 
 def test_gzipped_and_plain_files_load_alike_within_size_limits(tmp_path):
