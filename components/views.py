@@ -52,6 +52,8 @@ CSS = """
   text-overflow: clip !important; word-break: keep-all !important; }
 @media (max-width: 600px) {
   .tab-container button, [role="tab"] { padding-left: 8px !important; padding-right: 8px !important; }
+  /* On a phone the figures' toolbar sat on their titles; pinch zoom does its job there. */
+  .js-plotly-plot .modebar-container { display: none !important; }
 }
 """
 
