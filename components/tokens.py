@@ -22,10 +22,17 @@ def visible(text: str, empty: str = "∅") -> str:
     return "".join(out)
 
 
+# Markdown's punctuation that can start formatting or a link; a backslash makes each literal (CommonMark).
+# '&' and ';' stay as they are: they spell the entities escape() writes.
+_MARKDOWN = set("\\`*_{}[]()#+-.!|~")
+
+
 def quoted(text: str) -> str:
-    """A token as it appears in narration: visible whitespace inside quotes, escaped, since the narration is
-    Markdown and a token (from a loaded file, say) may read "<img onerror=...>"."""
-    return f"'{escape(visible(text))}'"
+    """A token as it appears in narration: visible whitespace inside quotes, HTML-escaped and Markdown-escaped,
+    since the narration is Markdown and a token (from a loaded file, say) may read "<img onerror=...>" or
+    "[x](javascript:...)" or just "**"."""
+    literal = "".join("\\" + ch if ch in _MARKDOWN else ch for ch in escape(visible(text)))
+    return f"'{literal}'"
 
 
 def escape(text: str) -> str:

@@ -79,3 +79,11 @@ def test_narration_prefill_plain_and_timing():
     text = narrate(race.traces["ddd"].steps[1], race.traces["ddd"], race)
     assert "30 ms drafting + 60 ms verifying + 5 ms other = 95 ms for 3 tokens" in text
     assert "plain decoding: 50 ms per token" in text
+
+
+def test_a_token_cannot_format_or_link_the_narration():
+    from components.tokens import quoted
+
+    shown = quoted("**[x](javascript:alert(1))**")
+    assert shown == r"'\*\*\[x\]\(javascript:alert\(1\)\)\*\*'"  # every Markdown mark made literal
+    assert quoted("<b>&") == "'&lt;b&gt;&amp;'"  # the HTML entities stay whole
