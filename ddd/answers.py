@@ -18,7 +18,7 @@ import torch
 from tqdm import tqdm
 from transformers import DynamicCache
 
-from .training import DEFAULT_PROMPTS, TrainError, add_machine_arguments, prompt_ids, read_prompts
+from .training import DEFAULT_CORPUS, DEFAULT_PROMPTS, TrainError, add_machine_arguments, prompt_ids, read_prompt_files
 
 SHARD_GLOB = "shard_*.pt"
 DATA_FORMAT = 2  # 2: greedy and sampled rows share one decoding loop (1: separate generate() calls)
@@ -37,7 +37,7 @@ class _Item:
 
 
 def _plan(args, target) -> tuple[list[_Item], dict]:
-    rows = read_prompts(args.prompts)
+    rows = read_prompt_files(args.prompts)
     order = list(range(len(rows)))
     random.Random(args.seed).shuffle(order)
     if args.limit is not None:
@@ -52,7 +52,7 @@ def _plan(args, target) -> tuple[list[_Item], dict]:
         "model": target.name,
         "hidden_size": target.hidden_size,
         "vocab_size": target.vocab_size,
-        "prompts": str(Path(args.prompts).resolve()),
+        "prompts": [str(Path(p).resolve()) for p in args.prompts],
         "limit": args.limit,
         "seed": args.seed,
         "shard_size": args.shard_size,
@@ -145,7 +145,7 @@ def _check_data_args(args) -> None:
         raise TrainError("--temperature must be positive (greedy answers come from the other fraction).")
     if args.max_prompt_tokens < 8:
         raise TrainError("--max-prompt-tokens must be at least 8.")
-    read_prompts(args.prompts)  # fail on a bad file before loading the model
+    read_prompt_files(args.prompts)  # fail on a bad file before loading the model
 
 
 def _resume_plan(plan: dict, meta_path: Path) -> None:
@@ -237,7 +237,9 @@ def load_samples(directory: str | Path) -> tuple[list[dict], dict]:
 
 def add_parser(sub) -> None:
     p = sub.add_parser("data", help="generate the target's own answers and store its features")
-    p.add_argument("--prompts", default=DEFAULT_PROMPTS, help="JSONL with `prompt` (or MT-bench `turns`)")
+    p.add_argument("--prompts", nargs="+", default=[DEFAULT_PROMPTS, *DEFAULT_CORPUS],
+                   help="JSONL files with `prompt` (or MT-bench `turns`); default: the training prompts and the "
+                        "corpus's prompts, which cover maths, summarising, extraction and translation")
     p.add_argument("--out", required=True, help="directory for meta.json and shard_*.pt")
     p.add_argument("--limit", type=int, default=None, help="use this many prompts (a seeded shuffle of the file)")
     p.add_argument("--max-new-tokens", type=int, default=200)

@@ -28,10 +28,9 @@ import torch.nn.functional as F
 from transformers import DynamicCache
 
 from .jsonl import read_jsonl
-from .training import (Optimiser, Progress, TrainError, add_machine_arguments, choose_draft_vocab, epoch_batches,
+from .training import (DEFAULT_CORPUS, Optimiser, Progress, TrainError, add_machine_arguments, choose_draft_vocab, epoch_batches,
                        length_batches, log_record, read_checkpoint, read_prompts, restore, write_checkpoint)
 
-DEFAULT_CORPUS = ("../shared/data/corpus/alpaca_eval_open_models.jsonl", "../shared/data/corpus/gsm8k_train.jsonl")
 HELDOUT_EVERY = 50  # one prompt in 50 (by a hash of its text) is held out, with every answer to it
 
 

@@ -15,7 +15,6 @@ from __future__ import annotations
 
 import random
 import time
-from pathlib import Path
 
 import torch
 import torch.nn.functional as F
@@ -24,7 +23,7 @@ from transformers import DynamicCache
 
 from .answers import load_samples
 from .training import (Optimiser, Progress, TrainError, add_machine_arguments, choose_draft_vocab, epoch_batches,
-                       length_batches, read_checkpoint, read_prompts, restore, write_checkpoint)
+                       length_batches, read_checkpoint, read_prompt_files, read_prompts, restore, write_checkpoint)
 
 COVERAGE_SIZES = (1024, 2048, 4096, 8192, 16384, 32768)
 
@@ -54,10 +53,11 @@ def token_ranking(samples: list[dict], vocab_size: int, extra: torch.Tensor | No
     return torch.sort(score, descending=True, stable=True).indices
 
 
-def prompt_token_counts(path: str | Path, tokenizer, vocab_size: int, exclude: set[str]) -> torch.Tensor | None:
-    """Token counts over the prompts of a prompt file (rows whose id is in `exclude` left out)."""
+def prompt_token_counts(paths: list[str] | str, tokenizer, vocab_size: int, exclude: set[str]) -> torch.Tensor | None:
+    """Token counts over the prompts the data was made from (rows whose id is in `exclude` left out). Data made
+    from one file names it as a string, and its rows' ids carry no file prefix."""
     try:
-        rows = read_prompts(path)
+        rows = read_prompts(paths) if isinstance(paths, str) else read_prompt_files(paths)
     except TrainError:
         return None
     counts = torch.zeros(vocab_size, dtype=torch.float64)

@@ -13,10 +13,24 @@ import torch
 from .jsonl import read_jsonl
 
 DEFAULT_PROMPTS = "../shared/data/train_prompts.jsonl"
+# Open models' answers to AlpacaEval instructions and GSM8K worked solutions (docs/training.md).
+DEFAULT_CORPUS = ("../shared/data/corpus/alpaca_eval_open_models.jsonl", "../shared/data/corpus/gsm8k_train.jsonl")
 
 
 class TrainError(ValueError):
     """A bad argument or input for training; the message says what to change."""
+
+
+def read_prompt_files(paths: list[str]) -> list[dict]:
+    """The prompts of several files, each row's id prefixed with its file's name, a prompt met twice kept
+    once (the corpus answers some training prompts again)."""
+    rows, seen = [], set()
+    for path in paths:
+        for row in read_prompts(path):
+            if row["prompt"] not in seen:
+                seen.add(row["prompt"])
+                rows.append({"id": f"{Path(path).stem}/{row['id']}", "prompt": row["prompt"]})
+    return rows
 
 
 def read_prompts(path: str | Path) -> list[dict]:

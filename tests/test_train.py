@@ -215,3 +215,14 @@ def test_soft_cross_entropy_is_smallest_at_the_target_distribution():
     assert exact < trainer.soft_ce((want + 0.5 * torch.randn(5, hidden)) @ trainer.lm_weight.T, want)
     p = torch.softmax(want @ trainer.lm_weight.T, -1)
     assert torch.isclose(exact, -(p * p.log()).sum(-1).mean(), atol=1e-5)
+
+
+def test_the_data_stage_reads_several_prompt_files_and_keeps_a_repeated_prompt_once(tmp_path):
+    from ddd.training import read_prompt_files
+
+    arena, corpus = tmp_path / "arena.jsonl", tmp_path / "corpus.jsonl"
+    arena.write_text('{"id": "a1", "prompt": "Sum 2 and 3."}\n{"id": "a2", "prompt": "Name a colour."}\n')
+    corpus.write_text('{"prompt": "Sum 2 and 3.", "response": "5"}\n{"prompt": "Translate: chat", "response": "cat"}\n')
+    rows = read_prompt_files([str(arena), str(corpus)])
+    assert [r["prompt"] for r in rows] == ["Sum 2 and 3.", "Name a colour.", "Translate: chat"]
+    assert [r["id"] for r in rows] == ["arena/a1", "arena/a2", "corpus/2"]
