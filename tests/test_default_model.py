@@ -87,3 +87,17 @@ def test_a_token_gets_the_same_hidden_state_alone_or_with_others(precision):
     alone = first_new_hidden(1)
     for chunk in (3, 6):
         assert torch.equal(first_new_hidden(chunk), alone)
+
+
+def test_the_stage_one_head_v2_is_an_eagle3_head_for_the_default_model_and_drafts_losslessly(default):
+    from pathlib import Path
+
+    from ddd import load_head
+
+    target, _ = default
+    head = load_head(Path(__file__).resolve().parents[1] / "assets" / "head-v2", target)
+    assert head.kind == "eagle3" and head.draft_vocab_size == 16384
+    plain = generate(target, None, PROMPTS[1], "plain", max_new_tokens=32)
+    run = generate(target, head, PROMPTS[1], "eagle2", max_new_tokens=32)
+    list(plain), list(run)
+    assert run.token_ids == plain.token_ids and run.trace.summary["tau"] > 1.2
