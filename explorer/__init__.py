@@ -4,5 +4,5 @@ models   the target and head, loaded once and shared    racing    the race as pl
 sessions one browser tab's state                        examples  the shipped recorded races and their recorder
 presets  the tree settings' presets                     layout    the page's components
 viewing  callbacks that show a race                     running   callbacks that run, stop and replay one
-page     the page: layout and callbacks wired together
+choosing the model menu                                 page      the page: layout and callbacks wired together
 """
