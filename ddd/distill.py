@@ -1,7 +1,9 @@
-"""Stage one of the draft-head recipe: distillation from text, teacher-forced.
+"""Distillation of an EAGLE-3 head from texts read by the target, teacher-forced (stages one and two).
 
     python -m ddd.train distill --out runs/head-distill --minutes 110            # first run
-    python -m ddd.train distill --out runs/head-distill --minutes 110 --resume   # the next stage of the chain
+    python -m ddd.train distill --out runs/head-distill --minutes 110 --resume   # the next job of the stage
+    python -m ddd.train distill --out runs/head-2 --init runs/head-distill --corpus --prompts '' \
+        --answers runs/answers                                                   # stage two: the target's own answers
 
 The target reads whole texts (a user turn and an answer, through the chat template) in one forward per
 batch, so a position of training signal costs a small part of a decoded token. At every position the
@@ -28,8 +30,9 @@ import torch.nn.functional as F
 from transformers import DynamicCache
 
 from .jsonl import read_jsonl
-from .training import (DEFAULT_CORPUS, Optimiser, Progress, TrainError, add_machine_arguments, choose_draft_vocab, epoch_batches,
-                       length_batches, log_record, read_checkpoint, read_prompts, restore, write_checkpoint)
+from .training import (DEFAULT_CORPUS, Optimiser, Progress, TrainError, add_machine_arguments, choose_draft_vocab,
+                       epoch_batches, length_batches, log_record, read_checkpoint, read_prompt_files, read_prompts,
+                       restore, write_checkpoint)
 
 HELDOUT_EVERY = 50  # one prompt in 50 (by a hash of its text) is held out, with every answer to it
 
@@ -38,12 +41,14 @@ HELDOUT_EVERY = 50  # one prompt in 50 (by a hash of its text) is held out, with
 class Text:
     key: str  # the user turn: answers to one prompt stay on one side of the held-out split
     ids: list[int]
+    start: int  # index of the first answer token (len(ids) for a question alone)
 
 
 @dataclass
 class Batch:
     ids: torch.Tensor  # (B, T) right-padded
     lengths: torch.Tensor  # (B,)
+    starts: torch.Tensor  # (B,) index of each row's first answer token
 
 
 def is_heldout(key: str) -> bool:
@@ -66,21 +71,50 @@ def read_texts(corpus: list[str], prompts: str | None, tokenizer, max_len: int) 
         for row in read_prompts(prompts):
             turns.append((row["prompt"], [{"role": "user", "content": row["prompt"]}], True))
     if not turns:
-        raise TrainError("No texts to distil from: give --corpus files or --prompts.")
+        return []
     texts = [tokenizer.apply_chat_template(messages, tokenize=False, add_generation_prompt=question)
              for _, messages, question in turns]
+    questions = [tokenizer.apply_chat_template(messages[:1], tokenize=False, add_generation_prompt=True)
+                 for _, messages, _ in turns]
     encoded = tokenizer(texts, add_special_tokens=False)["input_ids"]
-    return [Text(key, ids[:max_len]) for (key, _, _), ids in zip(turns, encoded) if len(ids) >= 3]
+    asked = tokenizer(questions, add_special_tokens=False)["input_ids"]
+    out = []
+    for (key, _, question), ids, head in zip(turns, encoded, asked):
+        start = len(ids) if question else _common_prefix(ids, head)
+        ids = ids[:max_len]
+        if len(ids) >= 3:
+            out.append(Text(key, ids, min(start, len(ids))))
+    return out
+
+
+def _common_prefix(a: list[int], b: list[int]) -> int:
+    n = 0
+    while n < min(len(a), len(b)) and a[n] == b[n]:
+        n += 1
+    return n
+
+
+def read_answers(directories: list[str], max_len: int) -> list[Text]:
+    """The target's own answers, as `python -m ddd.train data` stores them, keyed by their prompt's text so
+    that they fall on the same side of the held-out split as the corpus rows on that prompt."""
+    from .answers import load_samples
+
+    texts = []
+    for directory in directories:
+        samples, meta = load_samples(directory)
+        rows = read_prompt_files(meta["prompts"])
+        for sample in samples:
+            ids = sample["ids"].tolist()[:max_len]
+            if len(ids) >= 3:
+                texts.append(Text(rows[sample["index"]]["prompt"], ids, min(sample["prompt_len"], len(ids))))
+    return texts
 
 
 def template_prefix(tokenizer) -> int:
     """Tokens every chat-templated text starts with (a fixed system turn): too easy to count as signal."""
     a, b = ([tokenizer.apply_chat_template([{"role": "user", "content": c}], tokenize=False)] for c in ("a", "b"))
     ids_a, ids_b = (tokenizer(t, add_special_tokens=False)["input_ids"][0] for t in (a, b))
-    n = 0
-    while n < min(len(ids_a), len(ids_b)) and ids_a[n] == ids_b[n]:
-        n += 1
-    return n
+    return _common_prefix(ids_a, ids_b)
 
 
 def make_batches(texts: list[Text], batch_tokens: int, rng: random.Random) -> list[list[Text]]:
@@ -92,7 +126,7 @@ def collate(texts: list[Text], pad_id: int) -> Batch:
     ids = torch.full((len(texts), width), pad_id, dtype=torch.long)
     for row, text in enumerate(texts):
         ids[row, : len(text.ids)] = torch.tensor(text.ids)
-    return Batch(ids, torch.tensor([len(t.ids) for t in texts]))
+    return Batch(ids, torch.tensor([len(t.ids) for t in texts]), torch.tensor([t.start for t in texts]))
 
 
 @dataclass
@@ -141,6 +175,9 @@ class LevelStats:
     loss: list[float] = field(default_factory=list)
     agree: list[float] = field(default_factory=list)  # top-1 agreement with the target's whole-vocabulary argmax
     count: list[int] = field(default_factory=list)
+    # The same over answer tokens alone: what a draft tree guesses at, where the question is the user's.
+    answer_agree: list[float] = field(default_factory=list)
+    answer_count: list[int] = field(default_factory=list)
 
 
 def unrolled_loss(head, embed, batch: Batch, teacher: Teacher, levels: int, decay: float, prefix: int,
@@ -158,6 +195,7 @@ def unrolled_loss(head, embed, batch: Batch, teacher: Teacher, levels: int, deca
     for level in range(levels):
         label_at = index + 1 + level  # the position whose distribution this level predicts
         valid = (label_at[None] <= batch.lengths[:, None].to(ids.device) - 1) & (label_at[None] >= prefix)
+        answer = (label_at[None] >= batch.starts[:, None].to(ids.device)).expand_as(valid)
         if score_share < 1:
             valid &= torch.rand(valid.shape, device=valid.device) < score_share
         if not valid.any():
@@ -180,13 +218,18 @@ def unrolled_loss(head, embed, batch: Batch, teacher: Teacher, levels: int, deca
         stats.loss.append(float(loss.detach()))
         stats.agree.append(float(agree.float().mean()))
         stats.count.append(int(valid.sum()))
+        on_answer = answer[valid]
+        stats.answer_count.append(int(on_answer.sum()))
+        stats.answer_agree.append(float(agree[on_answer].float().mean()) if on_answer.any() else 0.0)
         hidden = out
     return total / weights, stats
 
 
 def evaluate(target, head, batches: list[Batch], levels: int, prefix: int, bf16: bool) -> dict[str, float]:
-    """Held-out loss and top-1 agreement at each level, averaged over positions."""
+    """Held-out loss and top-1 agreement at each level, averaged over positions, and the agreement over
+    answer tokens alone."""
     loss, agree, count = [0.0] * levels, [0.0] * levels, [0] * levels
+    answer_agree, answer_count = [0.0] * levels, [0] * levels
     head.eval()
     with torch.no_grad():
         for batch in batches:
@@ -197,26 +240,34 @@ def evaluate(target, head, batches: list[Batch], levels: int, prefix: int, bf16:
                 loss[level] += stats.loss[level] * n
                 agree[level] += stats.agree[level] * n
                 count[level] += n
+                answer_agree[level] += stats.answer_agree[level] * stats.answer_count[level]
+                answer_count[level] += stats.answer_count[level]
     head.train()
     out = {}
     for level in range(levels):
         if count[level]:
             out[f"loss{level + 1}"] = loss[level] / count[level]
             out[f"agree{level + 1}"] = agree[level] / count[level]
+        if answer_count[level]:
+            out[f"answer_agree{level + 1}"] = answer_agree[level] / answer_count[level]
     return out
 
 
 def _texts(args, target, cache_dir: Path) -> list[Text]:
     """Tokenised texts, cached beside the checkpoint so that a resumed stage starts at once."""
-    source = {"corpus": list(args.corpus), "prompts": args.prompts, "max_len": args.max_len, "model": target.name}
+    source = {"corpus": list(args.corpus), "prompts": args.prompts, "max_len": args.max_len, "model": target.name,
+              "answers": [str(Path(d).resolve()) for d in args.answers]}
     path = cache_dir / "texts.pt"
     if path.exists():
         cached = torch.load(path, weights_only=False)
         if cached["source"] == source:
-            return [Text(k, ids) for k, ids in cached["texts"]]
+            return [Text(*row) for row in cached["texts"]]
     texts = read_texts(list(args.corpus), args.prompts, target.tokenizer, args.max_len)
+    texts += read_answers(args.answers, args.max_len)
+    if not texts:
+        raise TrainError("No texts to distil from: give --corpus files, --prompts or --answers.")
     cache_dir.mkdir(parents=True, exist_ok=True)
-    torch.save({"source": source, "texts": [(t.key, t.ids) for t in texts]}, path)
+    torch.save({"source": source, "texts": [(t.key, t.ids, t.start) for t in texts]}, path)
     return texts
 
 
@@ -234,6 +285,9 @@ def _check(args) -> None:
         raise TrainError("--run-steps must be 0 (no limit) or a positive number of steps.")
     if args.lr <= 0 or args.minutes <= 0 or not 0 < args.decay <= 1 or not 0 < args.score_share <= 1:
         raise TrainError("--lr and --minutes must be positive, --decay and --score-share in (0, 1].")
+    for directory in args.answers:
+        if not (Path(directory) / "meta.json").is_file():
+            raise TrainError(f"--answers {directory} is not a directory written by `python -m ddd.train data`.")
 
 
 @dataclass
@@ -286,7 +340,8 @@ def _stage(args, state: dict | None) -> Stage:
     print(f"draft vocabulary: {vocab.numel()} tokens, {covered:.4f} of held-out tokens", flush=True)
     pad = target.tokenizer.pad_token_id or 0
     held_batches = [collate(b, pad) for b in make_batches(held, args.batch_tokens, random.Random(0))]
-    summary = {"stage": "distill", "corpus": list(args.corpus), "prompts": args.prompts, "texts_train": len(train),
+    summary = {"stage": "distill", "corpus": list(args.corpus), "prompts": args.prompts, "answers": list(args.answers),
+               "texts_train": len(train),
                "tokens_train": tokens, "texts_heldout": len(held), "draft_vocab": vocab.numel(),
                "draft_vocab_coverage_heldout": round(covered, 4), "levels": args.levels, "decay": args.decay,
                "score_share": args.score_share, "lr": args.lr, "batch_tokens": args.batch_tokens,
@@ -305,6 +360,8 @@ def cmd_distill(args) -> int:
     stage = _stage(args, state)
     head, target = stage.head, stage.target
     optimiser = Optimiser(head, args.lr, args.steps, max(1, args.steps // 50), args.clip)
+    if state is None:
+        torch.manual_seed(args.seed)  # which positions each level scores: the same draws whole or resumed
     progress = restore(state, head, optimiser) if state is not None else Progress()
     pad = target.tokenizer.pad_token_id or 0
     batches = epoch_batches(progress, lambda epoch: make_batches(stage.train, args.batch_tokens,
@@ -357,6 +414,8 @@ def add_parser(sub) -> None:
                    help="JSONL files of {prompt, response} rows (default: the shared corpus)")
     p.add_argument("--prompts", default="../shared/data/train_prompts.jsonl",
                    help="JSONL of prompts, read as user turns alone ('' for none)")
+    p.add_argument("--answers", nargs="*", default=[],
+                   help="directories written by `python -m ddd.train data`: the target's own answers (stage two)")
     p.add_argument("--init", default=None, help="start from this EAGLE-3 head (a directory) instead of a new one")
     p.add_argument("--steps", type=int, default=3000, help="length of the learning-rate schedule, over all stages")
     p.add_argument("--minutes", type=float, default=110, help="this run stops, saved, after this many minutes")

@@ -1,12 +1,13 @@
 """The draft-head recipe, one resumable command per stage (docs/training.md):
 
     python -m ddd.train distill --out runs/head-distill                      # EAGLE-3 head, teacher-forced text
-    python -m ddd.train data --prompts ../shared/data/train_prompts.jsonl --out data/train
-    python -m ddd.train fit --data data/train --out assets/head              # EAGLE-1/2 head, stored answers
+    python -m ddd.train data --out runs/answers                              # the target's own answers
+    python -m ddd.train distill --out runs/head-2 --init runs/head-distill --corpus --prompts '' --answers runs/answers
+    python -m ddd.train fit --data runs/answers --out runs/head-eagle2       # EAGLE-1/2 head, stored answers
 
-`distill` (ddd/distill.py) trains an EAGLE-3 head on texts the target reads in one forward each; `data`
-(ddd/answers.py) decodes the target's own answers and stores its features; `fit` (ddd/fit.py) trains an
-EAGLE-1/2 head on them.
+`distill` (ddd/distill.py) trains an EAGLE-3 head on texts the target reads in one forward each (stage
+one: the corpus; stage two: the target's own answers); `data` (ddd/answers.py) decodes the target's own
+answers and stores its features; `fit` (ddd/fit.py) trains an EAGLE-1/2 head on them.
 """
 from __future__ import annotations
 

@@ -7,7 +7,7 @@ import pytest
 import torch
 from safetensors.torch import load_file
 
-from ddd import distill, train
+from ddd import answers, distill, train
 from ddd.head import load_head
 from tests.tiny import CORPUS, load_tiny
 
@@ -20,9 +20,31 @@ def corpus(tmp_path_factory):
     return path
 
 
+@pytest.fixture(scope="module")
+def own_answers(tiny_llama_dir, tmp_path_factory):
+    """The tiny target's own answers to twelve prompts, two of them on the held-out side of the split."""
+    questions = [f"Question {i}: why is the sky blue?" for i in range(400)]
+    held = [q for q in questions if distill.is_heldout(q)][:2]
+    kept = [q for q in questions if not distill.is_heldout(q)][:10]
+    directory = tmp_path_factory.mktemp("answers")
+    prompts = directory / "prompts.jsonl"
+    prompts.write_text("".join(json.dumps({"id": str(i), "prompt": q}) + "\n" for i, q in enumerate(held + kept)))
+    assert train.main(["data", "--model", str(tiny_llama_dir), "--prompts", str(prompts), "--out",
+                       str(directory / "data"), "--max-new-tokens", "24", "--batch-size", "6", "--threads", "1"]) == 0
+    return directory / "data"
+
+
 def _distill(tiny_llama_dir, corpus, tmp_path, *extra: str) -> int:
+    return _run(tiny_llama_dir, tmp_path, "--corpus", str(corpus), *extra)
+
+
+def _stage_two(tiny_llama_dir, answers, tmp_path, *extra: str) -> int:
+    return _run(tiny_llama_dir, tmp_path, "--corpus", "--answers", str(answers), *extra)
+
+
+def _run(tiny_llama_dir, tmp_path, *extra: str) -> int:
     return train.main([
-        "distill", "--model", str(tiny_llama_dir), "--corpus", str(corpus), "--prompts", "",
+        "distill", "--model", str(tiny_llama_dir), "--prompts", "",
         "--out", str(tmp_path / "head"), "--ckpt-dir", str(tmp_path / "ckpt"), "--feature-layers", "0,1,2",
         "--batch-tokens", "256", "--levels", "3", "--draft-vocab", "64", "--lr", "3e-3", "--no-bf16",
         "--eval-texts", "4", "--threads", "1", *extra,
@@ -56,6 +78,44 @@ def test_an_interrupted_run_resumes_to_the_same_head(tiny_llama_dir, corpus, tmp
         torch.testing.assert_close(a[key], b[key], rtol=1e-5, atol=1e-6, msg=key)
 
 
+def test_corpus_texts_mark_where_the_answer_starts(llama, corpus):
+    texts = distill.read_texts([str(corpus)], None, llama.tokenizer, max_len=512)
+    question = llama.tokenizer.apply_chat_template([{"role": "user", "content": "say 0: " + CORPUS[0][:12]}],
+                                                   tokenize=False, add_generation_prompt=True)
+    asked = llama.tokenizer(question, add_special_tokens=False)["input_ids"]
+    assert texts[0].ids[: len(asked)] == asked and texts[0].start == len(asked) < len(texts[0].ids)
+
+
+def test_stage_two_reads_the_targets_own_answers_keyed_by_their_prompt(own_answers):
+    samples, _ = answers.load_samples(own_answers)
+    texts = distill.read_answers([str(own_answers)], max_len=512)
+    assert len(texts) == len(samples) == 12
+    assert sum(distill.is_heldout(t.key) for t in texts) == 2
+    for text, sample in zip(texts, samples):
+        assert text.ids == sample["ids"].tolist() and text.start == sample["prompt_len"]
+        assert text.key.startswith("Question ")
+
+
+def test_stage_two_lowers_the_held_out_loss_on_the_targets_own_answers(tiny_llama_dir, own_answers, tmp_path):
+    assert _stage_two(tiny_llama_dir, own_answers, tmp_path, "--steps", "30", "--eval-every", "1") == 0
+    history = torch.load(tmp_path / "ckpt" / "checkpoint.pt", weights_only=False)["progress"]["history"]
+    first, last = history[0], history[-1]
+    assert last["heldout_loss1"] < 0.9 * first["heldout_loss1"], (first, last)
+    assert 0 <= last["heldout_answer_agree1"] <= 1
+
+
+def test_stage_two_starts_from_the_head_before_it_and_resumes(tiny_llama_dir, corpus, own_answers, tmp_path):
+    assert _distill(tiny_llama_dir, corpus, tmp_path / "one", "--steps", "4", "--eval-every", "100") == 0
+    init = ("--init", str(tmp_path / "one" / "head"), "--steps", "6", "--eval-every", "100")
+    assert _stage_two(tiny_llama_dir, own_answers, tmp_path / "whole", *init) == 0
+    assert _stage_two(tiny_llama_dir, own_answers, tmp_path / "split", *init, "--run-steps", "2") == 0
+    assert _stage_two(tiny_llama_dir, own_answers, tmp_path / "split", *init, "--resume") == 0
+    a = load_file(tmp_path / "whole" / "head" / "model.safetensors")
+    b = load_file(tmp_path / "split" / "head" / "model.safetensors")
+    for key in a:
+        torch.testing.assert_close(a[key], b[key], rtol=1e-5, atol=1e-6, msg=key)
+
+
 def test_training_time_test_level_masks_show_each_level_its_own_chain_only():
     mask = distill.level_mask(3, 2, "cpu")[0, 0]
     assert mask.shape == (3, 9)
@@ -71,7 +131,7 @@ def test_level_one_of_the_unrolled_loss_is_the_head_run_on_its_own_guess(llama):
 
     head = new_eagle3_head(llama, layers=(0, 1, 2), seed=3).float()
     ids = torch.tensor([[5, 9, 17, 23, 31, 40, 8]])
-    batch = distill.Batch(ids, torch.tensor([7]))
+    batch = distill.Batch(ids, torch.tensor([7]), torch.tensor([0]))
     teacher = distill.teach(llama, head, batch, bf16=False)
     embed = llama.model.get_input_embeddings()
     captured = []
@@ -91,3 +151,5 @@ def test_bad_settings_are_refused_with_a_message(tiny_llama_dir, corpus, tmp_pat
     assert "--levels must be at least 1" in capsys.readouterr().err
     assert _distill(tiny_llama_dir, corpus, tmp_path, "--resume") == 2
     assert "no checkpoint" in capsys.readouterr().err
+    assert _distill(tiny_llama_dir, corpus, tmp_path, "--answers", str(tmp_path)) == 2
+    assert "not a directory written by `python -m ddd.train data`" in capsys.readouterr().err
