@@ -374,6 +374,11 @@ def cmd_distill(args) -> int:
         save_head(head, args.out, extra={"training": stage.summary | {
             "steps": progress.step, "train_s": round(progress.elapsed), "final": final, "last": progress.history[-1:]}})
 
+    if state is None and args.init:  # where the stage starts from, on its own held-out texts
+        record = {"step": 0} | {f"heldout_{k}": round(v, 4) for k, v in
+                                evaluate(target, head, stage.held, args.levels, stage.prefix, args.bf16).items()}
+        progress.history.append(record)
+        log_record(record)
     deadline = began + args.minutes * 60
     stop_at = min(args.steps, progress.step + args.run_steps) if args.run_steps else args.steps
     last_save, seen, busy, window = time.time(), 0, 0.0, []

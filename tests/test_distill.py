@@ -110,6 +110,8 @@ def test_stage_two_starts_from_the_head_before_it_and_resumes(tiny_llama_dir, co
     assert _stage_two(tiny_llama_dir, own_answers, tmp_path / "whole", *init) == 0
     assert _stage_two(tiny_llama_dir, own_answers, tmp_path / "split", *init, "--run-steps", "2") == 0
     assert _stage_two(tiny_llama_dir, own_answers, tmp_path / "split", *init, "--resume") == 0
+    history = torch.load(tmp_path / "whole" / "ckpt" / "checkpoint.pt", weights_only=False)["progress"]["history"]
+    assert history[0]["step"] == 0 and "heldout_answer_agree1" in history[0]  # the starting point, measured
     a = load_file(tmp_path / "whole" / "head" / "model.safetensors")
     b = load_file(tmp_path / "split" / "head" / "model.safetensors")
     for key in a:
