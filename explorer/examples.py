@@ -38,9 +38,9 @@ class ExampleRun:
 EXAMPLE_RUNS = [
     ExampleRun("code", "Code: a palindrome check", EXAMPLE_PROMPTS[0]),
     ExampleRun("maths", "Maths: step by step", EXAMPLE_PROMPTS[1]),
-    # At the preset's threshold the shipped head's beam is never confident enough to draft past EAGLE-2's
-    # depth; at -2 DDD drafts deeper where the counting is predictable and shallower where it is not.
-    ExampleRun("counting", "Counting: DDD drafts deeper and shallower than EAGLE-2", EXAMPLE_PROMPTS[2],
+    # At the preset's threshold DDD mostly stops short of EAGLE-2's depth; at -2 it shows the other side of
+    # its choice, drafting deeper than EAGLE-2 where the counting is predictable.
+    ExampleRun("counting", "Counting: DDD drafts deeper than EAGLE-2", EXAMPLE_PROMPTS[2],
                dict(d_threshold=-2.0)),
     ExampleRun("story", "A short story", EXAMPLE_PROMPTS[3]),
     ExampleRun("translation", "Translation into French", EXAMPLE_PROMPTS[4]),

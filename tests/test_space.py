@@ -54,17 +54,18 @@ def load_default_in(env: dict) -> dict:
 
 
 def cache_as_hub_model(hf_home: Path) -> Path:
-    """A model with the default model's shapes (one layer: the head only reads hidden size and vocabulary),
-    laid out in the Hugging Face cache as a download of DEFAULT_HUB_ID would be."""
+    """A model with the default model's hidden size and vocabulary, and as many layers as the shipped head reads
+    features from (a small MLP: the head reads none of it), laid out in the Hugging Face cache as a download of
+    DEFAULT_HUB_ID would be."""
     from transformers import LlamaConfig, LlamaForCausalLM
 
     snapshot = hub_snapshot(hf_home, DEFAULT_HUB_ID)
     tiny_tokenizer(snapshot)
     shapes = json.loads((SHIPPED_HEAD / "config.json").read_text())
-    config = LlamaConfig(**{k: shapes[k] for k in ("vocab_size", "hidden_size", "intermediate_size", "head_dim",
-                                                    "num_attention_heads", "num_key_value_heads", "rms_norm_eps",
-                                                    "max_position_embeddings")},
-                         num_hidden_layers=1, tie_word_embeddings=True)
+    layers = shapes.get("eagle_config", {}).get("eagle_aux_hidden_state_layer_ids", [0])
+    config = LlamaConfig(**{k: shapes[k] for k in ("vocab_size", "hidden_size", "head_dim", "num_attention_heads",
+                                                    "num_key_value_heads", "rms_norm_eps", "max_position_embeddings")},
+                         intermediate_size=16, num_hidden_layers=max(layers) + 1, tie_word_embeddings=True)
     LlamaForCausalLM(config).save_pretrained(snapshot)
     return snapshot
 
