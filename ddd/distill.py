@@ -104,9 +104,13 @@ def read_answers(directories: list[str], max_len: int) -> list[Text]:
         samples, meta = load_samples(directory)
         rows = read_prompt_files(meta["prompts"])
         for sample in samples:
+            index = sample["index"]
+            if not (0 <= index < len(rows) and rows[index]["id"] == sample["id"]):
+                raise TrainError(f"{directory}: sample {sample['id']} is not row {index} of its prompt files any "
+                                 "more; they changed since `data` ran.")
             ids = sample["ids"].tolist()[:max_len]
             if len(ids) >= 3:
-                texts.append(Text(rows[sample["index"]]["prompt"], ids, min(sample["prompt_len"], len(ids))))
+                texts.append(Text(rows[index]["prompt"], ids, min(sample["prompt_len"], len(ids))))
     return texts
 
 
@@ -341,8 +345,7 @@ def _stage(args, state: dict | None) -> Stage:
     pad = target.tokenizer.pad_token_id or 0
     held_batches = [collate(b, pad) for b in make_batches(held, args.batch_tokens, random.Random(0))]
     summary = {"stage": "distill", "corpus": list(args.corpus), "prompts": args.prompts, "answers": list(args.answers),
-               "texts_train": len(train),
-               "tokens_train": tokens, "texts_heldout": len(held), "draft_vocab": vocab.numel(),
+               "texts_train": len(train), "tokens_train": tokens, "texts_heldout": len(held), "draft_vocab": vocab.numel(),
                "draft_vocab_coverage_heldout": round(covered, 4), "levels": args.levels, "decay": args.decay,
                "score_share": args.score_share, "lr": args.lr, "batch_tokens": args.batch_tokens,
                "max_len": args.max_len, "bf16": args.bf16, "init": args.init}

@@ -8,6 +8,7 @@ import torch
 from safetensors.torch import load_file
 
 from ddd import answers, distill, train
+from ddd.training import TrainError
 from ddd.head import load_head
 from tests.tiny import CORPUS, load_tiny
 
@@ -94,6 +95,19 @@ def test_stage_two_reads_the_targets_own_answers_keyed_by_their_prompt(own_answe
     for text, sample in zip(texts, samples):
         assert text.ids == sample["ids"].tolist() and text.start == sample["prompt_len"]
         assert text.key.startswith("Question ")
+
+
+def test_answers_whose_prompt_files_changed_are_refused(own_answers, tmp_path):
+    import shutil
+
+    moved = tmp_path / "data"
+    shutil.copytree(own_answers, moved)
+    meta = json.loads((moved / "meta.json").read_text())
+    prompts = tmp_path / "prompts.jsonl"
+    prompts.write_text(json.dumps({"id": "0", "prompt": "another question"}) + "\n")
+    (moved / "meta.json").write_text(json.dumps(meta | {"prompts": [str(prompts)]}))
+    with pytest.raises(TrainError, match="changed since `data` ran"):
+        distill.read_answers([str(moved)], max_len=512)
 
 
 def test_stage_two_lowers_the_held_out_loss_on_the_targets_own_answers(tiny_llama_dir, own_answers, tmp_path):
