@@ -24,7 +24,7 @@ SHARD_GLOB = "shard_*.pt"
 DATA_FORMAT = 2  # 2: greedy and sampled rows share one decoding loop (1: separate generate() calls)
 # Fields of the data run that must agree with an existing output directory for it to be resumed.
 _PLAN_KEYS = ("format", "model", "prompts", "limit", "seed", "shard_size", "max_new_tokens", "max_prompt_tokens",
-              "sampled_fraction", "temperature")
+              "sampled_fraction", "temperature", "skip")
 
 
 @dataclass
@@ -40,6 +40,10 @@ def _plan(args, target) -> tuple[list[_Item], dict]:
     rows = read_prompt_files(args.prompts)
     order = list(range(len(rows)))
     random.Random(args.seed).shuffle(order)
+    answered = {prompt for directory in args.skip for _, prompt in answered_samples(directory)}
+    order = [index for index in order if rows[index]["prompt"] not in answered]
+    if not order:
+        raise TrainError("Every prompt is already answered in the --skip directories.")
     if args.limit is not None:
         order = order[: args.limit]
     coin = random.Random(args.seed + 1)
@@ -63,6 +67,8 @@ def _plan(args, target) -> tuple[list[_Item], dict]:
         "samples": len(items),
         "shards": math.ceil(len(items) / args.shard_size),
     }
+    if args.skip:  # only when given, so that directories made before --skip existed still resume
+        plan["skip"] = [str(Path(d).resolve()) for d in args.skip]
     return items, plan
 
 
@@ -146,6 +152,8 @@ def _check_data_args(args) -> None:
     if args.max_prompt_tokens < 8:
         raise TrainError("--max-prompt-tokens must be at least 8.")
     read_prompt_files(args.prompts)  # fail on a bad file before loading the model
+    for directory in args.skip:
+        load_samples(directory)
 
 
 def _resume_plan(plan: dict, meta_path: Path) -> None:
@@ -235,6 +243,20 @@ def load_samples(directory: str | Path) -> tuple[list[dict], dict]:
     return samples, meta
 
 
+def answered_samples(directory: str | Path) -> list[tuple[dict, str]]:
+    """Each stored sample with its prompt's text, checked against the prompt files `data` read."""
+    samples, meta = load_samples(directory)
+    rows = read_prompt_files(meta["prompts"])
+    pairs = []
+    for sample in samples:
+        index = sample["index"]
+        if not (0 <= index < len(rows) and rows[index]["id"] == sample["id"]):
+            raise TrainError(f"{directory}: sample {sample['id']} is not row {index} of its prompt files any "
+                             "more; they changed since `data` ran.")
+        pairs.append((sample, rows[index]["prompt"]))
+    return pairs
+
+
 def add_parser(sub) -> None:
     p = sub.add_parser("data", help="generate the target's own answers and store its features")
     p.add_argument("--prompts", nargs="+", default=[DEFAULT_PROMPTS, *DEFAULT_CORPUS],
@@ -242,6 +264,8 @@ def add_parser(sub) -> None:
                         "corpus's prompts, which cover maths, summarising, extraction and translation")
     p.add_argument("--out", required=True, help="directory for meta.json and shard_*.pt")
     p.add_argument("--limit", type=int, default=None, help="use this many prompts (a seeded shuffle of the file)")
+    p.add_argument("--skip", nargs="+", default=[], metavar="DIR",
+                   help="leave out prompts already answered in these data directories")
     p.add_argument("--max-new-tokens", type=int, default=200)
     p.add_argument("--max-prompt-tokens", type=int, default=320, help="longer questions are cut to fit")
     p.add_argument("--batch-size", type=int, default=64, help="prompts decoded together")

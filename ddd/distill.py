@@ -31,7 +31,7 @@ from transformers import DynamicCache
 
 from .jsonl import read_jsonl
 from .training import (DEFAULT_CORPUS, Optimiser, Progress, TrainError, add_machine_arguments, choose_draft_vocab,
-                       epoch_batches, length_batches, log_record, read_checkpoint, read_prompt_files, read_prompts,
+                       epoch_batches, length_batches, log_record, read_checkpoint, read_prompts,
                        restore, write_checkpoint)
 
 HELDOUT_EVERY = 50  # one prompt in 50 (by a hash of its text) is held out, with every answer to it
@@ -97,20 +97,14 @@ def _common_prefix(a: list[int], b: list[int]) -> int:
 def read_answers(directories: list[str], max_len: int) -> list[Text]:
     """The target's own answers, as `python -m ddd.train data` stores them, keyed by their prompt's text so
     that they fall on the same side of the held-out split as the corpus rows on that prompt."""
-    from .answers import load_samples
+    from .answers import answered_samples
 
     texts = []
     for directory in directories:
-        samples, meta = load_samples(directory)
-        rows = read_prompt_files(meta["prompts"])
-        for sample in samples:
-            index = sample["index"]
-            if not (0 <= index < len(rows) and rows[index]["id"] == sample["id"]):
-                raise TrainError(f"{directory}: sample {sample['id']} is not row {index} of its prompt files any "
-                                 "more; they changed since `data` ran.")
+        for sample, prompt in answered_samples(directory):
             ids = sample["ids"].tolist()[:max_len]
             if len(ids) >= 3:
-                texts.append(Text(rows[index]["prompt"], ids, min(sample["prompt_len"], len(ids))))
+                texts.append(Text(prompt, ids, min(sample["prompt_len"], len(ids))))
     return texts
 
 

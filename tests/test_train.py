@@ -25,11 +25,16 @@ def _data_args(model, prompts, out, *extra):
 
 
 @pytest.fixture(scope="module")
-def six_samples(tiny_llama_dir, prompts, tmp_path_factory):
+def six_dir(tiny_llama_dir, prompts, tmp_path_factory):
     """The target's answers to six of the prompts, with their features, as `data` stores them."""
     data_dir = tmp_path_factory.mktemp("six")
     assert train.main(_data_args(tiny_llama_dir, prompts, data_dir, "--limit", "6")) == 0
-    return answers.load_samples(data_dir)[0]
+    return data_dir
+
+
+@pytest.fixture(scope="module")
+def six_samples(six_dir):
+    return answers.load_samples(six_dir)[0]
 
 
 def test_data_then_fit_end_to_end(tiny_llama_dir, llama, prompts, tmp_path, capsys):
@@ -226,3 +231,14 @@ def test_the_data_stage_reads_several_prompt_files_and_keeps_a_repeated_prompt_o
     rows = read_prompt_files([str(arena), str(corpus)])
     assert [r["prompt"] for r in rows] == ["Sum 2 and 3.", "Name a colour.", "Translate: chat"]
     assert [r["id"] for r in rows] == ["arena/a1", "arena/a2", "corpus/2"]
+
+
+def test_data_can_skip_the_prompts_another_directory_answered(tiny_llama_dir, prompts, six_dir, tmp_path, capsys):
+    assert train.main(_data_args(tiny_llama_dir, prompts, tmp_path, "--skip", str(six_dir))) == 0
+    before = {prompt for _, prompt in answers.answered_samples(six_dir)}
+    after = {prompt for _, prompt in answers.answered_samples(tmp_path)}
+    assert len(before) == 6 and len(after) == 7 and not before & after
+    assert train.main(_data_args(tiny_llama_dir, prompts, tmp_path, "--skip", str(six_dir))) == 0
+    assert "nothing to do" in capsys.readouterr().out
+    assert train.main(_data_args(tiny_llama_dir, prompts, tmp_path)) == 2
+    assert "different settings (skip)" in capsys.readouterr().err
