@@ -279,8 +279,8 @@ def _check(args) -> None:
     for name in ("steps", "batch_tokens", "levels", "max_len", "eval_every", "draft_vocab"):
         if getattr(args, name) < 1:
             raise TrainError(f"--{name.replace('_', '-')} must be at least 1.")
-    if args.run_steps < 0:
-        raise TrainError("--run-steps must be 0 (no limit) or a positive number of steps.")
+    if args.run_steps < 0 or args.eval_levels < 0:
+        raise TrainError("--run-steps and --eval-levels must be 0 (no limit / as trained) or positive.")
     if args.lr <= 0 or args.minutes <= 0 or not 0 < args.decay <= 1 or not 0 < args.score_share <= 1:
         raise TrainError("--lr and --minutes must be positive, --decay and --score-share in (0, 1].")
     for directory in args.answers:
@@ -364,6 +364,7 @@ def cmd_distill(args) -> int:
     batches = epoch_batches(progress, lambda epoch: make_batches(stage.train, args.batch_tokens,
                                                                  random.Random(args.seed * 7919 + epoch)))
     embed = target.model.get_input_embeddings()
+    scored = args.eval_levels or args.levels
 
     def save(final: bool) -> None:
         write_checkpoint(args.ckpt_dir, head, optimiser, progress, draft_vocab=head.draft_to_target(),
@@ -373,7 +374,7 @@ def cmd_distill(args) -> int:
 
     if state is None and args.init:  # where the stage starts from, on its own held-out texts
         record = {"step": 0} | {f"heldout_{k}": round(v, 4) for k, v in
-                                evaluate(target, head, stage.held, args.levels, stage.prefix, args.bf16).items()}
+                                evaluate(target, head, stage.held, scored, stage.prefix, args.bf16).items()}
         progress.history.append(record)
         log_record(record)
     deadline = began + args.minutes * 60
@@ -396,7 +397,7 @@ def cmd_distill(args) -> int:
                       "train_agree1": sum(w[1] for w in window) / len(window),
                       "train_tokens_per_s": round(seen / busy, 1), "train_s": round(progress.elapsed)}
             record |= {f"heldout_{k}": round(v, 4) for k, v in
-                       evaluate(target, head, stage.held, args.levels, stage.prefix, args.bf16).items()}
+                       evaluate(target, head, stage.held, scored, stage.prefix, args.bf16).items()}
             progress.history.append(record)
             log_record(record)
             seen, busy, window = 0, 0.0, []
@@ -425,6 +426,8 @@ def add_parser(sub) -> None:
     p.add_argument("--batch-tokens", type=int, default=4096, help="padded tokens per batch")
     p.add_argument("--max-len", type=int, default=512, help="longer texts are cut")
     p.add_argument("--levels", type=int, default=5, help="draft levels unrolled in training-time test")
+    p.add_argument("--eval-levels", type=int, default=0,
+                   help="draft levels scored at each evaluation (0: as many as --levels); for comparing runs")
     p.add_argument("--decay", type=float, default=0.8, help="weight of level j is decay**j")
     p.add_argument("--score-share", type=float, default=0.5,
                    help="share of positions scored at each level (the draft LM head is most of the cost)")

@@ -169,3 +169,10 @@ def test_bad_settings_are_refused_with_a_message(tiny_llama_dir, corpus, tmp_pat
     assert "no checkpoint" in capsys.readouterr().err
     assert _distill(tiny_llama_dir, corpus, tmp_path, "--answers", str(tmp_path)) == 2
     assert "not a directory written by `python -m ddd.train data`" in capsys.readouterr().err
+
+
+def test_a_head_trained_on_one_level_is_still_scored_on_deeper_ones(tiny_llama_dir, corpus, tmp_path):
+    assert _distill(tiny_llama_dir, corpus, tmp_path, "--levels", "1", "--eval-levels", "3", "--steps", "2",
+                    "--eval-every", "2") == 0
+    last = torch.load(tmp_path / "ckpt" / "checkpoint.pt", weights_only=False)["progress"]["history"][-1]
+    assert {"heldout_agree1", "heldout_agree3"} <= last.keys() and "heldout_agree4" not in last
