@@ -153,7 +153,8 @@ def _check_data_args(args) -> None:
         raise TrainError("--max-prompt-tokens must be at least 8.")
     read_prompt_files(args.prompts)  # fail on a bad file before loading the model
     for directory in args.skip:
-        load_samples(directory)
+        if not (Path(directory) / "meta.json").is_file():
+            raise TrainError(f"--skip {directory} is not a directory written by `python -m ddd.train data`.")
 
 
 def _resume_plan(plan: dict, meta_path: Path) -> None:

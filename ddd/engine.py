@@ -60,11 +60,9 @@ def _keep_cache(cache: DynamicCache, past: int, kept: torch.Tensor) -> None:
     move down in place and the rest is cut off as a view (as `DynamicLayer.crop` does): a step copies the
     accepted path, not the whole prefix, which on a CPU cost a few ms per step at a few hundred tokens."""
     end = past + kept.numel()
-    moves = not bool((kept == torch.arange(kept.numel(), device=kept.device)).all())
-    for layer in cache.layers:
-        if moves:  # the right side is gathered (a copy) before it is written, so overlapping rows are safe
-            layer.keys[:, :, past:end] = layer.keys[:, :, past + kept]
-            layer.values[:, :, past:end] = layer.values[:, :, past + kept]
+    for layer in cache.layers:  # the right side is gathered (a copy) before it is written: overlaps are safe
+        layer.keys[:, :, past:end] = layer.keys[:, :, past + kept]
+        layer.values[:, :, past:end] = layer.values[:, :, past + kept]
         layer.keys, layer.values = layer.keys[:, :, :end], layer.values[:, :, :end]
 
 
