@@ -279,8 +279,9 @@ def _check(args) -> None:
     for name in ("steps", "batch_tokens", "levels", "max_len", "eval_every", "draft_vocab"):
         if getattr(args, name) < 1:
             raise TrainError(f"--{name.replace('_', '-')} must be at least 1.")
-    if args.run_steps < 0 or args.eval_levels < 0:
-        raise TrainError("--run-steps and --eval-levels must be 0 (no limit / as trained) or positive.")
+    if args.run_steps < 0 or args.eval_levels < 0 or args.head_layers < 0:
+        raise TrainError("--run-steps, --eval-levels and --head-layers must be 0 (no limit / as trained / as "
+                         "the --init head, else 1) or positive.")
     if args.lr <= 0 or args.minutes <= 0 or not 0 < args.decay <= 1 or not 0 < args.score_share <= 1:
         raise TrainError("--lr and --minutes must be positive, --decay and --score-share in (0, 1].")
     for directory in args.answers:
@@ -301,24 +302,31 @@ class Stage:
 
 
 def _head(args, target, train: list[Text], state: dict | None):
-    """The head to train: the checkpoint's, the --init head, or a new one over the training texts' vocabulary."""
-    from .eagle3 import new_eagle3_head
+    """The head to train: the checkpoint's, the --init head (deepened to --head-layers), or a new one over
+    the training texts' vocabulary."""
+    from .eagle3 import deepen, new_eagle3_head
     from .head import load_head
 
     if state is None and args.init:
         head = load_head(args.init, target)
         if head.kind != "eagle3":
             raise TrainError(f"--init {args.init} is an {head.kind} head; distillation trains EAGLE-3 heads.")
+        if args.head_layers:
+            try:
+                head = deepen(head, args.head_layers, seed=args.seed)
+            except ValueError as err:
+                raise TrainError(f"--head-layers: {err}") from None
         return head.float().requires_grad_(True)
     if state is not None:
-        vocab, layers = state["draft_vocab"], state["layers"]
+        vocab, layers, depth = state["draft_vocab"], state["layers"], state.get("head_layers", 1)
     else:
         vocab = draft_vocabulary(train, target.vocab_size, min(args.draft_vocab, target.vocab_size), target.eos_ids())
         layers = tuple(int(i) for i in args.feature_layers.split(",")) if args.feature_layers else None
+        depth = args.head_layers or 1
     try:
-        return new_eagle3_head(target, draft_vocab=vocab, seed=args.seed, layers=layers).float()
+        return new_eagle3_head(target, draft_vocab=vocab, seed=args.seed, layers=layers, depth=depth).float()
     except ValueError as err:
-        raise TrainError(f"--feature-layers: {err}") from None
+        raise TrainError(f"--feature-layers / --head-layers: {err}") from None
 
 
 def _stage(args, state: dict | None) -> Stage:
@@ -342,7 +350,8 @@ def _stage(args, state: dict | None) -> Stage:
                "texts_train": len(train), "tokens_train": tokens, "texts_heldout": len(held), "draft_vocab": vocab.numel(),
                "draft_vocab_coverage_heldout": round(covered, 4), "levels": args.levels, "decay": args.decay,
                "score_share": args.score_share, "lr": args.lr, "batch_tokens": args.batch_tokens,
-               "max_len": args.max_len, "bf16": args.bf16, "init": args.init}
+               "max_len": args.max_len, "bf16": args.bf16, "init": args.init,
+               "head_layers": head.config.num_hidden_layers}
     return Stage(target, head, train, held_batches, prefix, summary)
 
 
@@ -368,7 +377,7 @@ def cmd_distill(args) -> int:
 
     def save(final: bool) -> None:
         write_checkpoint(args.ckpt_dir, head, optimiser, progress, draft_vocab=head.draft_to_target(),
-                         layers=head.aux_layers)
+                         layers=head.aux_layers, head_layers=head.config.num_hidden_layers)
         save_head(head, args.out, extra={"training": stage.summary | {
             "steps": progress.step, "train_s": round(progress.elapsed), "final": final, "last": progress.history[-1:]}})
 
@@ -436,6 +445,9 @@ def add_parser(sub) -> None:
     p.add_argument("--draft-vocab", type=int, default=16384, help="size of the head's own vocabulary")
     p.add_argument("--feature-layers", default=None,
                    help="comma-separated hidden-state indices the head reads (default: inputs of layers 2, L//2, L-3)")
+    p.add_argument("--head-layers", type=int, default=0,
+                   help="decoder layers of the head (0: as the --init head, else 1); an --init head grows to this "
+                        "many, drafting as before until training moves the new ones")
     p.add_argument("--bf16", action=argparse.BooleanOptionalAction, default=True,
                    help="run the target and the head's products in bfloat16 autocast (weights stay float32)")
     p.add_argument("--eval-texts", type=int, default=96, help="held-out texts scored at each evaluation")

@@ -7,6 +7,10 @@ residual stream, then post_attention_layernorm + MLP; the head's own `norm` and 
 a draft vocabulary whose ids map to target ids through `d2t` (target id = draft id + d2t[draft id]). Inside
 the draft tree the head takes its own pre-norm output as the hidden state, without `fc`.
 
+Our heads may stack further stock Llama decoder layers (`layers.0.*`, `layers.1.*`, ...) after that first
+one, for more capacity per draft call: `num_hidden_layers` counts all of them, and a checkpoint's count is
+read from its weights. Published heads have none.
+
 Published checkpoints (the official EAGLE-3 release, SpecForge) name the parts `midlayer.*`, `fc`, `norm`,
 `lm_head`, plus `d2t` and `t2d` (a bool mask over the target vocabulary); config.json adds
 `draft_vocab_size` and sometimes the layer ids (`eagle_config.eagle_aux_hidden_state_layer_ids`) and
@@ -14,6 +18,7 @@ Published checkpoints (the official EAGLE-3 release, SpecForge) name the parts `
 """
 from __future__ import annotations
 
+import copy
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
@@ -22,11 +27,14 @@ import torch
 from torch import nn
 from transformers import LlamaConfig
 from transformers.modeling_outputs import BaseModelOutputWithPast
-from transformers.models.llama.modeling_llama import LlamaAttention, LlamaMLP, LlamaRMSNorm, LlamaRotaryEmbedding
+from transformers.models.llama.modeling_llama import (LlamaAttention, LlamaDecoderLayer, LlamaMLP, LlamaRMSNorm,
+                                                      LlamaRotaryEmbedding)
 
 from .head import (DraftHead, HeadLoadError, d2t_of, draft_map, fit_problems, llama_config, refuse_misfit,
                    target_config_fields)
 from .models import Target
+
+MAX_LAYERS = 8  # a draft head is meant to be a small fraction of its target
 
 def default_aux_layers(num_layers: int) -> tuple[int, int, int]:
     """The official choice, as `output_hidden_states` indices: the inputs of layers 2, L//2 and L-3."""
@@ -77,13 +85,15 @@ class Eagle3Head(DraftHead):
 
     def __init__(self, config: LlamaConfig, aux_layers: tuple[int, ...], d2t: torch.Tensor):
         super().__init__()
-        config.num_hidden_layers = 1
+        if not 1 <= config.num_hidden_layers <= MAX_LAYERS:
+            raise ValueError(f"An EAGLE-3 head has 1 to {MAX_LAYERS} decoder layers, not {config.num_hidden_layers}.")
         config._attn_implementation = "sdpa"
         self.config = config
         self.aux_layers = tuple(aux_layers)
         hidden = config.hidden_size
         self.fc = nn.Linear(len(self.aux_layers) * hidden, hidden, bias=False)
         self.midlayer = Eagle3Layer(config)
+        self.layers = nn.ModuleList(LlamaDecoderLayer(config, layer_idx=i) for i in range(1, config.num_hidden_layers))
         self.norm = LlamaRMSNorm(hidden, eps=config.rms_norm_eps)
         self.lm_head = nn.Linear(hidden, d2t.numel(), bias=False)
         self.rotary = LlamaRotaryEmbedding(config)
@@ -107,7 +117,11 @@ class Eagle3Head(DraftHead):
     def forward(self, embeds: torch.Tensor, hidden: torch.Tensor, position_ids: torch.Tensor,
                 attention_mask: torch.Tensor | None = None, cache=None) -> torch.Tensor:
         """The pre-norm output (batch, seq, H): `logits` reads it, deeper draft levels take it as `hidden`."""
-        return self.midlayer(embeds, hidden, self.rotary(hidden, position_ids), attention_mask, cache)
+        rotary = self.rotary(hidden, position_ids)
+        out = self.midlayer(embeds, hidden, rotary, attention_mask, cache)
+        for layer in self.layers:
+            out = layer(out, attention_mask, cache=cache, position_embeddings=rotary)
+        return out
 
     def logits(self, out: torch.Tensor) -> torch.Tensor:
         """Draft-vocabulary logits of head outputs."""
@@ -140,8 +154,13 @@ class Eagle3Head(DraftHead):
         t2d = weights.get("t2d")
         if t2d is not None and (t2d.ndim != 1 or t2d.numel() != target.vocab_size):
             problems.append(f"t2d covers {list(t2d.shape)} tokens, target {target.vocab_size}")
+        extra = stacked_layers(weights)
+        if extra is None:
+            problems.append(f"stacked layers: {sorted({k.split('.')[1] for k in weights if k.startswith('layers.')})} "
+                            f"are not 0 to {MAX_LAYERS - 2} in order")
         refuse_misfit(problems, where, target)
         config = llama_config(raw, where)
+        config.num_hidden_layers = 1 + extra
         draft_size = raw.get("draft_vocab_size")
         if "d2t" in weights:
             d2t = draft_map(weights["d2t"], target.vocab_size, where)
@@ -157,10 +176,40 @@ class Eagle3Head(DraftHead):
         return cls(config, layers, d2t)
 
 
+def stacked_layers(weights: dict[str, torch.Tensor]) -> int | None:
+    """How many decoder layers a checkpoint stacks after its first (`layers.N.*`); None unless they are
+    numbered 0, 1, ... without a gap and leave the head at most MAX_LAYERS deep."""
+    ids = {k.split(".")[1] for k in weights if k.startswith("layers.")}
+    if ids != {str(i) for i in range(len(ids))} or len(ids) >= MAX_LAYERS:
+        return None
+    return len(ids)
+
+
+def deepen(head: Eagle3Head, depth: int, seed: int = 0) -> Eagle3Head:
+    """`head` with decoder layers added up to `depth`, drafting exactly as before: each new layer's
+    output projections (attention o_proj, MLP down_proj) start at zero, so it adds nothing to the residual
+    stream until training moves them, and its other weights start random so that training can."""
+    have = head.config.num_hidden_layers
+    if not have <= depth <= MAX_LAYERS:
+        raise ValueError(f"The head has {have} decoder layers: it can grow to {have} to {MAX_LAYERS}, not {depth}.")
+    config = copy.deepcopy(head.config)
+    config.num_hidden_layers = depth
+    torch.manual_seed(seed)
+    grown = Eagle3Head(config, head.aux_layers, head.d2t.clone()).to(device=head.d2t.device, dtype=head.fc.weight.dtype)
+    state = grown.state_dict()
+    state.update(head.state_dict())
+    for i in range(have - 1, depth - 1):
+        state[f"layers.{i}.self_attn.o_proj.weight"].zero_()
+        state[f"layers.{i}.mlp.down_proj.weight"].zero_()
+    grown.load_state_dict(state)
+    return grown
+
+
 def new_eagle3_head(target: Target, draft_vocab: torch.Tensor | None = None, seed: int = 0,
-                    layers: tuple[int, ...] | None = None) -> Eagle3Head:
+                    layers: tuple[int, ...] | None = None, depth: int = 1) -> Eagle3Head:
     """A randomly initialised EAGLE-3 head for `target`. draft_vocab: the target ids to keep (default: all);
-    layers: the `output_hidden_states` indices of its features (default: the official choice)."""
+    layers: the `output_hidden_states` indices of its features (default: the official choice); depth:
+    its decoder layers."""
     num_layers = target.model.config.num_hidden_layers
     layers = default_aux_layers(num_layers) if layers is None else tuple(layers)
     if not all(0 <= i <= num_layers for i in layers):
@@ -171,5 +220,5 @@ def new_eagle3_head(target: Target, draft_vocab: torch.Tensor | None = None, see
                          "order the layers another way.")
     d2t = torch.zeros(target.vocab_size, dtype=torch.long) if draft_vocab is None else d2t_of(draft_vocab)
     torch.manual_seed(seed)
-    head = Eagle3Head(LlamaConfig(**target_config_fields(target)), layers, d2t)
+    head = Eagle3Head(LlamaConfig(**target_config_fields(target) | {"num_hidden_layers": depth}), layers, d2t)
     return head.to(device=target.device, dtype=target.model.dtype)

@@ -132,6 +132,18 @@ def test_stage_two_starts_from_the_head_before_it_and_resumes(tiny_llama_dir, co
         torch.testing.assert_close(a[key], b[key], rtol=1e-5, atol=1e-6, msg=key)
 
 
+def test_a_head_deepened_at_the_start_of_a_stage_starts_where_its_init_stood(tiny_llama_dir, corpus, tmp_path):
+    assert _distill(tiny_llama_dir, corpus, tmp_path / "one", "--steps", "4", "--eval-every", "100") == 0
+    init = ("--init", str(tmp_path / "one" / "head"), "--eval-every", "100")
+    assert _distill(tiny_llama_dir, corpus, tmp_path / "same", *init, "--steps", "2") == 0
+    assert _distill(tiny_llama_dir, corpus, tmp_path / "deep", *init, "--steps", "2", "--head-layers", "2") == 0
+    same, deep = (torch.load(tmp_path / name / "ckpt" / "checkpoint.pt", weights_only=False) for name in ("same", "deep"))
+    assert same["progress"]["history"][0] == deep["progress"]["history"][0]  # step 0: the same drafts
+    assert deep["head_layers"] == 2
+    assert _distill(tiny_llama_dir, corpus, tmp_path / "deep", *init, "--steps", "3", "--head-layers", "2", "--resume") == 0
+    assert load_head(tmp_path / "deep" / "head", load_tiny(tiny_llama_dir)).config.num_hidden_layers == 2
+
+
 def test_training_time_test_level_masks_show_each_level_its_own_chain_only():
     mask = distill.level_mask(3, 2, "cpu")[0, 0]
     assert mask.shape == (3, 9)

@@ -11,7 +11,7 @@ from transformers.models.llama.modeling_llama import apply_rotary_pos_emb
 
 from ddd import Eagle3Head, HeadLoadError, RunTrace, generate, load_head, new_eagle3_head, new_head, save_head
 from ddd.drafting import HeadRunner
-from ddd.eagle3 import aux_layers_of, default_aux_layers
+from ddd.eagle3 import MAX_LAYERS, aux_layers_of, deepen, default_aux_layers
 from tests.tiny import PROMPTS, TREE_SETTINGS, UNSEEN
 
 LAYERS = (0, 1, 2)  # the tiny models have two layers: too few for the official choice
@@ -185,6 +185,39 @@ def test_greedy_equals_plain_greedy(tmp_path, llama, llama_eagle3_head, method):
     assert accepted > 50  # long accepted paths were exercised
 
 
+def test_a_deepened_head_drafts_as_before_and_saves_its_stacked_layers(tmp_path, llama, llama_eagle3_head):
+    deeper = deepen(llama_eagle3_head, 3)
+    assert deeper.config.num_hidden_layers == 3 and len(deeper.layers) == 2
+    assert torch.equal(outputs(deeper), outputs(llama_eagle3_head))  # the new layers add exactly zero
+    save_head(deeper, tmp_path)
+    assert {k for k in load_file(tmp_path / "model.safetensors") if k.startswith("layers.")} >= {
+        "layers.0.self_attn.o_proj.weight", "layers.1.mlp.down_proj.weight"}
+    assert json.loads((tmp_path / "config.json").read_text())["num_hidden_layers"] == 3
+    loaded = load_head(tmp_path, llama)
+    assert loaded.config.num_hidden_layers == 3 and torch.equal(outputs(loaded), outputs(deeper))
+
+
+def test_a_head_with_stacked_layers_stays_lossless(tmp_path, llama, llama_eagle3_head):
+    deeper = deepen(llama_eagle3_head, 2)
+    with torch.no_grad():  # make the stacked layer count, as training would
+        for name in ("self_attn.o_proj", "mlp.down_proj"):
+            deeper.layers[0].get_submodule(name).weight.normal_(0, 0.02)
+    assert not torch.equal(outputs(deeper), outputs(llama_eagle3_head))
+    head = load_head(save_head(deeper, tmp_path), llama)
+    for method in ("eagle2", "ddd"):
+        plain = generate(llama, None, PROMPTS[0], "plain", max_new_tokens=30)
+        run = generate(llama, head, PROMPTS[0], method, max_new_tokens=30)
+        list(plain), list(run)
+        assert run.token_ids == plain.token_ids, method
+
+
+def test_a_head_grows_but_never_shrinks_or_passes_the_limit(llama_eagle3_head):
+    with pytest.raises(ValueError, match="can grow to 3"):
+        deepen(deepen(llama_eagle3_head, 3), 2)
+    with pytest.raises(ValueError, match=f"to {MAX_LAYERS}, not {MAX_LAYERS + 1}"):
+        deepen(llama_eagle3_head, MAX_LAYERS + 1)
+
+
 def test_reduced_draft_vocabulary_maps_to_target_ids(tmp_path, llama):
     keep = torch.arange(1, llama.vocab_size, 3)
     head = load_head(save_head(new_eagle3_head(llama, draft_vocab=keep, layers=LAYERS), tmp_path), llama)
@@ -307,6 +340,8 @@ BROKEN = {
         (edit_config(eagle_config={}), r"feature layers \[2, 1, -1\]"),  # the official choice needs 5+ layers
         (edit_config(num_key_value_heads=3), "4 attention heads cannot share 3 key/value heads"),
         (edit_config(rms_norm_eps="small"), "is not a Llama config a head can be built from"),
+        (edit_state(**{"layers.1.input_layernorm.weight": torch.ones(64)}),
+         rf"stacked layers: \['1'\] are not 0 to {MAX_LAYERS - 2} in order"),
     ],
     "eagle": [
         (edit_state(**{"layers.0.mlp.down_proj.weight": torch.zeros(64, 100)}),
