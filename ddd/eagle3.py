@@ -36,6 +36,7 @@ from .models import Target
 
 MAX_LAYERS = 8  # a draft head is meant to be a small fraction of its target
 
+
 def default_aux_layers(num_layers: int) -> tuple[int, int, int]:
     """The official choice, as `output_hidden_states` indices: the inputs of layers 2, L//2 and L-3."""
     return 2, num_layers // 2, num_layers - 3
