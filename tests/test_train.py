@@ -51,9 +51,9 @@ def test_data_then_fit_end_to_end(tiny_llama_dir, llama, prompts, tmp_path, caps
         assert sample["prompt_len"] <= 96
         assert sample["features"].dtype == torch.float16
         assert sample["features"].shape == (len(sample["ids"]) - 1, 64)
-    # Each row of a left-padded batch, read from the shared preallocated cache, is what the target says
-    # about that text alone: its features agree with a plain forward, a greedy answer is the greedy
-    # continuation (prompts of four lengths share each batch of four).
+    # Each row of a left-padded batch is what the target says about that text alone: its features agree
+    # with a plain forward, a greedy answer is the greedy continuation (the prompts come in four lengths,
+    # so the batches mix them).
     assert len({s["prompt_len"] for s in samples}) >= 4
     for sample in samples:
         with torch.no_grad():
