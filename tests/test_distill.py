@@ -144,6 +144,18 @@ def test_a_head_deepened_at_the_start_of_a_stage_starts_where_its_init_stood(tin
     assert load_head(tmp_path / "deep" / "head", load_tiny(tiny_llama_dir)).config.num_hidden_layers == 2
 
 
+def test_sharpened_labels_keep_the_targets_choice_and_give_it_more_weight(llama):
+    from ddd.eagle3 import new_eagle3_head
+
+    head = new_eagle3_head(llama, layers=(0, 1, 2), seed=3).float()
+    batch = distill.Batch(torch.tensor([[5, 9, 17, 23, 31, 40, 8]]), torch.tensor([7]), torch.tensor([0]))
+    plain = distill.teach(llama, head, batch, bf16=False).label_logp
+    sharp = distill.teach(llama, head, batch, bf16=False, temperature=0.5).label_logp
+    assert sharp.argmax(-1).equal(plain.argmax(-1))
+    assert (sharp.max(-1).values > plain.max(-1).values).all()
+    torch.testing.assert_close(sharp, torch.log_softmax(2 * plain, dim=-1))
+
+
 def test_training_time_test_level_masks_show_each_level_its_own_chain_only():
     mask = distill.level_mask(3, 2, "cpu")[0, 0]
     assert mask.shape == (3, 9)
@@ -181,6 +193,8 @@ def test_bad_settings_are_refused_with_a_message(tiny_llama_dir, corpus, tmp_pat
     assert "no checkpoint" in capsys.readouterr().err
     assert _distill(tiny_llama_dir, corpus, tmp_path, "--answers", str(tmp_path)) == 2
     assert "not a directory written by `python -m ddd.train data`" in capsys.readouterr().err
+    assert _distill(tiny_llama_dir, corpus, tmp_path, "--label-temperature", "0") == 2
+    assert "--label-temperature must be in [0.05, 1]" in capsys.readouterr().err
 
 
 def test_a_head_trained_on_one_level_is_still_scored_on_deeper_ones(tiny_llama_dir, corpus, tmp_path):
