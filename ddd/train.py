@@ -2,19 +2,21 @@
 
     python -m ddd.train distill --out runs/head-distill                      # EAGLE-3 head, teacher-forced text
     python -m ddd.train data --out runs/answers                              # the target's own answers
+    python -m ddd.train reading --out runs/reading.jsonl                     # summarising / passage prompts
     python -m ddd.train distill --out runs/head-2 --init runs/head-distill --corpus --prompts '' --answers runs/answers
     python -m ddd.train fit --data runs/answers --out runs/head-eagle2       # EAGLE-1/2 head, stored answers
 
 `distill` (ddd/distill.py) trains an EAGLE-3 head on texts the target reads in one forward each (stage
 one: the corpus; stage two: the target's own answers); `data` (ddd/answers.py) decodes the target's own
-answers and stores its features; `fit` (ddd/fit.py) trains an EAGLE-1/2 head on them.
+answers and stores its features, to the training prompts or to `reading`'s (ddd/reading.py); `fit`
+(ddd/fit.py) trains an EAGLE-1/2 head on them.
 """
 from __future__ import annotations
 
 import argparse
 import sys
 
-from . import answers, distill, fit
+from . import answers, distill, fit, reading
 from .training import TrainError
 
 
@@ -34,6 +36,7 @@ def build_parser() -> argparse.ArgumentParser:
     distill.add_parser(sub)
     answers.add_parser(sub)
     fit.add_parser(sub)
+    reading.add_parser(sub)
     return parser
 
 
