@@ -47,10 +47,11 @@ def reading_prompts(rows: list[tuple[str, str]], count: int, max_chars: int, see
     A passage question puts the passage that answers it among one or two that do not (answers to other
     questions), in a random place, as retrieval does."""
     rng = random.Random(seed)
-    long_enough = [row for row in rows if len(row[1]) >= max_chars // 3]
+    # Texts long enough to summarise; questions short enough to leave the passages room.
+    long_enough = [row for row in rows if len(row[1]) >= max_chars // 3 and len(row[0]) <= max_chars // 4]
     if len(long_enough) < 3:
-        raise TrainError(f"The corpus has {len(long_enough)} answers of {max_chars // 3}+ characters; at least 3 "
-                         "are needed.")
+        raise TrainError(f"The corpus has {len(long_enough)} rows with answers of {max_chars // 3}+ characters and "
+                         f"questions of at most {max_chars // 4}; at least 3 are needed.")
     order = rng.sample(range(len(long_enough)), len(long_enough))
     out = []
     for number in range(count):
@@ -61,7 +62,7 @@ def reading_prompts(rows: list[tuple[str, str]], count: int, max_chars: int, see
             continue
         others = [long_enough[i][1] for i in rng.sample(range(len(long_enough)), 3)
                   if long_enough[i][0] != question][: rng.randint(1, 2)]
-        share = max_chars // (len(others) + 1)
+        share = max(100, (max_chars - len(question)) // (len(others) + 1))
         passages = [clip_text(p, share) for p in others]
         passages.insert(rng.randint(0, len(passages)), clip_text(answer, share))
         out.append({"id": f"passages/{number}", "category": "rag", "prompt": "\n".join(passages + [question])})
