@@ -62,7 +62,7 @@ def reading_prompts(rows: list[tuple[str, str]], count: int, max_chars: int, see
             continue
         others = [long_enough[i][1] for i in rng.sample(range(len(long_enough)), 3)
                   if long_enough[i][0] != question][: rng.randint(1, 2)]
-        share = max(100, (max_chars - len(question)) // (len(others) + 1))
+        share = (max_chars - len(question)) // (len(others) + 1)  # at least max_chars / 4
         passages = [clip_text(p, share) for p in others]
         passages.insert(rng.randint(0, len(passages)), clip_text(answer, share))
         out.append({"id": f"passages/{number}", "category": "rag", "prompt": "\n".join(passages + [question])})
@@ -86,7 +86,7 @@ def add_parser(sub) -> None:
     p.add_argument("--corpus", nargs="+", default=[DEFAULT_CORPUS[0]],
                    help="corpus JSONL files whose answers become the texts (default: the AlpacaEval answers)")
     p.add_argument("--count", type=int, default=1600, help="how many prompts")
-    p.add_argument("--max-chars", type=int, default=1400,
+    p.add_argument("--max-chars", type=int, default=1100,
                    help="characters of text per prompt (about 4 per token: keep prompt and answer within "
                         "distill's --max-len)")
     p.add_argument("--seed", type=int, default=0)
