@@ -49,7 +49,7 @@ class Int8Linear(nn.Module):
             inv_smooth[cols] = 0  # outlier channels leave the int8 product entirely
         self.register_buffer("_inv_smooth", inv_smooth, persistent=False)
         self.register_buffer("_cols", cols, persistent=False)
-        self.register_buffer("_cols_weight", linear.weight.detach().float()[:, cols].T.contiguous(), persistent=False)
+        self.register_buffer("_cols_weight", linear.weight.detach().double()[:, cols].T.contiguous(), persistent=False)
         scales = (weight.abs().amax(1).clamp_min(1e-12) / 127).double()
         with warnings.catch_warnings():  # quantized tensors are deprecated, but they are fbgemm's only way in
             warnings.simplefilter("ignore", UserWarning)
@@ -72,8 +72,11 @@ class Int8Linear(nn.Module):
         unit = torch.cat((smoothed / scale, self._span))
         out = torch.ops.quantized.linear_dynamic(unit, self._packed, True)[:-1] * scale
         if self._cols.numel():
-            # Elementwise products summed over one axis: the same reduction order for a row alone or in a batch.
-            out = out + (rows[:, self._cols, None] * self._cols_weight).sum(1)
+            # In float64, as ExactLinear: a float32 product is exact there, so the sum's order (which the
+            # kernel picks by the number of rows) stays far below float32's last bit. Elementwise float32
+            # products would be batch-invariant too, but their (rows, outliers, out) intermediate made the
+            # LM head's cost grow tenfold from 8 to 16 verified rows.
+            out = out + (rows[:, self._cols].double() @ self._cols_weight).float()
         if self.bias is not None:
             out = out + self.bias
         return out.reshape(*x.shape[:-1], self.out_features).to(x.dtype)

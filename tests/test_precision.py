@@ -25,6 +25,20 @@ def test_int8_linear_rows_do_not_depend_on_their_neighbours(linear):
     assert torch.equal(layer(x[None, 3:7]), together[3:7][None])
 
 
+def test_int8_linear_with_float_outlier_channels_keeps_rows_independent():
+    """The outlier channels' float products, too, give a row the same result alone or among 40 others."""
+    torch.manual_seed(1)
+    wide = nn.Linear(96, 3000, bias=False)
+    x = torch.randn(40, 96)
+    x[:, [5, 50]] *= 100  # two channels far above the rest, as in real activations
+    layer = Int8Linear(wide, x.abs().amax(0), outliers=4)
+    together = layer(x)
+    for i in (0, 7, 39):
+        assert torch.equal(layer(x[i:i + 1]), together[i:i + 1])
+    assert torch.equal(layer(x[8:24]), together[8:24])
+    assert (together - wide(x)).abs().max() / wide(x).abs().max() < 0.05
+
+
 def test_int8_linear_is_close_to_the_float_linear(linear):
     x = torch.randn(5, 96)
     ref = linear(x).detach()
