@@ -29,9 +29,8 @@ import torch
 import torch.nn.functional as F
 from transformers import DynamicCache
 
-from .jsonl import read_jsonl
 from .training import (DEFAULT_CORPUS, Optimiser, Progress, TrainError, add_machine_arguments, choose_draft_vocab,
-                       epoch_batches, length_batches, log_record, read_checkpoint, read_prompts,
+                       epoch_batches, length_batches, log_record, read_checkpoint, read_corpus, read_prompts,
                        restore, write_checkpoint)
 
 HELDOUT_EVERY = 50  # one prompt in 50 (by a hash of its text) is held out, with every answer to it
@@ -59,12 +58,7 @@ def read_texts(corpus: list[str], prompts: str | None, tokenizer, max_len: int) 
     """Chat-templated token ids: corpus rows as a user turn plus its answer, prompts as a user turn alone."""
     turns: list[tuple[str, list[dict], bool]] = []
     for path in corpus:
-        if not Path(path).is_file():
-            raise TrainError(f"Corpus file {path} does not exist.")
-        for number, row in read_jsonl(Path(path), TrainError):
-            prompt, response = (row.get("prompt"), row.get("response")) if isinstance(row, dict) else (None, None)
-            if not (isinstance(prompt, str) and isinstance(response, str) and prompt.strip() and response.strip()):
-                raise TrainError(f"{path}:{number} needs non-empty `prompt` and `response` strings.")
+        for prompt, response in read_corpus(path):
             turns.append((prompt, [{"role": "user", "content": prompt}, {"role": "assistant", "content": response}],
                           False))
     if prompts:
@@ -353,7 +347,8 @@ def _stage(args, state: dict | None) -> Stage:
     summary = {"stage": "distill", "corpus": list(args.corpus), "prompts": args.prompts, "answers": list(args.answers),
                "texts_train": len(train), "tokens_train": tokens, "texts_heldout": len(held), "draft_vocab": vocab.numel(),
                "draft_vocab_coverage_heldout": round(covered, 4), "levels": args.levels, "decay": args.decay,
-               "score_share": args.score_share, "label_temperature": args.label_temperature, "lr": args.lr, "batch_tokens": args.batch_tokens,
+               "score_share": args.score_share, "label_temperature": args.label_temperature, "lr": args.lr,
+               "batch_tokens": args.batch_tokens,
                "max_len": args.max_len, "bf16": args.bf16, "init": args.init,
                "head_layers": head.config.num_hidden_layers}
     return Stage(target, head, train, held_batches, prefix, summary)

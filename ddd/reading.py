@@ -13,8 +13,7 @@ import random
 import re
 from pathlib import Path
 
-from .training import DEFAULT_CORPUS, TrainError
-from .jsonl import read_jsonl
+from .training import DEFAULT_CORPUS, TrainError, read_corpus
 
 _SENTENCE_END = re.compile(r"(?<=[.!?])\s+|\n+")
 
@@ -26,19 +25,6 @@ def clip_text(text: str, limit: int) -> str:
         return text
     ends = [m.start() for m in _SENTENCE_END.finditer(text) if m.start() <= limit]
     return text[: ends[-1] if ends else limit].strip()
-
-
-def _rows(paths: list[str]) -> list[tuple[str, str]]:
-    rows = []
-    for path in paths:
-        if not Path(path).is_file():
-            raise TrainError(f"Corpus file {path} does not exist.")
-        for number, row in read_jsonl(Path(path), TrainError):
-            prompt, response = (row.get("prompt"), row.get("response")) if isinstance(row, dict) else (None, None)
-            if not (isinstance(prompt, str) and isinstance(response, str) and prompt.strip() and response.strip()):
-                raise TrainError(f"{path}:{number} needs non-empty `prompt` and `response` strings.")
-            rows.append((prompt.strip(), response.strip()))
-    return rows
 
 
 def reading_prompts(rows: list[tuple[str, str]], count: int, max_chars: int, seed: int) -> list[dict]:
@@ -72,7 +58,8 @@ def reading_prompts(rows: list[tuple[str, str]], count: int, max_chars: int, see
 def cmd_reading(args) -> int:
     if args.count < 1 or args.max_chars < 200:
         raise TrainError("--count must be at least 1 and --max-chars at least 200.")
-    prompts = reading_prompts(_rows(args.corpus), args.count, args.max_chars, args.seed)
+    rows = [(q.strip(), a.strip()) for path in args.corpus for q, a in read_corpus(path)]
+    prompts = reading_prompts(rows, args.count, args.max_chars, args.seed)
     path = Path(args.out)
     path.parent.mkdir(parents=True, exist_ok=True)
     path.write_text("".join(json.dumps(p, ensure_ascii=False) + "\n" for p in prompts), encoding="utf-8")

@@ -33,6 +33,20 @@ def read_prompt_files(paths: list[str]) -> list[dict]:
     return rows
 
 
+def read_corpus(path: str | Path) -> list[tuple[str, str]]:
+    """The (prompt, response) rows of a corpus JSONL file."""
+    path = Path(path)
+    if not path.is_file():
+        raise TrainError(f"Corpus file {path} does not exist.")
+    rows = []
+    for number, row in read_jsonl(path, TrainError):
+        prompt, response = (row.get("prompt"), row.get("response")) if isinstance(row, dict) else (None, None)
+        if not (isinstance(prompt, str) and isinstance(response, str) and prompt.strip() and response.strip()):
+            raise TrainError(f"{path}:{number} needs non-empty `prompt` and `response` strings.")
+        rows.append((prompt, response))
+    return rows
+
+
 def read_prompts(path: str | Path) -> list[dict]:
     """Rows with an `id` and a `prompt` (train_prompts.jsonl), or MT-bench rows (first of `turns`)."""
     path = Path(path)
