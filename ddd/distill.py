@@ -348,8 +348,7 @@ def _stage(args, state: dict | None) -> Stage:
                "texts_train": len(train), "tokens_train": tokens, "texts_heldout": len(held), "draft_vocab": vocab.numel(),
                "draft_vocab_coverage_heldout": round(covered, 4), "levels": args.levels, "decay": args.decay,
                "score_share": args.score_share, "label_temperature": args.label_temperature, "lr": args.lr,
-               "batch_tokens": args.batch_tokens,
-               "max_len": args.max_len, "bf16": args.bf16, "init": args.init,
+               "batch_tokens": args.batch_tokens, "max_len": args.max_len, "bf16": args.bf16, "init": args.init,
                "head_layers": head.config.num_hidden_layers}
     return Stage(target, head, train, held_batches, prefix, summary)
 
