@@ -1,7 +1,7 @@
 """Reading prompts (`python -m ddd.train reading`): questions that hand the target a text to work from.
 
 Summarising an article and answering from retrieved passages are the categories where the head drafts
-worst (docs/training.md), and the training prompts barely ask for them. Answers there mostly copy from the
+worst (assets/head/README.md), and the training prompts barely ask for them. Answers there mostly copy from the
 prompt, a skill the head can only learn from such answers. This builds both kinds from the corpus's own
 answers, in the dev set's layouts: "Summarize: <text>", and passages followed by a question one of them
 answers. The target's answers to them come from `python -m ddd.train data --prompts <this file>`.
@@ -19,7 +19,7 @@ _SENTENCE_END = re.compile(r"(?<=[.!?])\s+|\n+")
 
 
 def clip_text(text: str, limit: int) -> str:
-    """The text's first sentences that fit in `limit` characters (at least one sentence's worth)."""
+    """The text's first sentences that fit in `limit` characters (cut at `limit` when none ends within it)."""
     text = text.strip()
     if len(text) <= limit:
         return text
