@@ -126,7 +126,9 @@ class Teacher:
     """What the target says about a batch: the head's input features and the labels."""
 
     aux: torch.Tensor  # (B, T, 3H) features at the head's three layers
-    label_logp: torch.Tensor  # (B, T, V_draft) the target's log-probabilities, renormalised over the draft vocabulary
+    label_p: torch.Tensor  # (B, T, V_draft) the target's probabilities, renormalised over the draft vocabulary
+    label_plogp: torch.Tensor  # (B, T) sum of p log p: the KL divergence's constant part, once per position
+    label_best: torch.Tensor  # (B, T) the draft-vocabulary row the target ranks first
     argmax: torch.Tensor | None  # (B, T) the target's most likely next token over its whole vocabulary (evaluation)
 
 
@@ -144,7 +146,9 @@ def teach(target, head, batch: Batch, bf16: bool, argmax: bool = False, temperat
             best, draft_logits = logits.argmax(-1), logits[..., vocab].float()
         else:
             best, draft_logits = None, (last @ target.lm_weight[vocab].T).float()
-    return Teacher(aux, F.log_softmax(draft_logits / temperature, dim=-1), best)
+    logp = F.log_softmax(draft_logits / temperature, dim=-1)
+    p = logp.exp()
+    return Teacher(aux, p, (p * logp).sum(-1), logp.argmax(-1), best)
 
 
 def level_mask(n: int, level: int, device) -> torch.Tensor:
@@ -156,7 +160,9 @@ def level_mask(n: int, level: int, device) -> torch.Tensor:
 
 
 def _shifted(x: torch.Tensor, shift: int, n: int) -> torch.Tensor:
-    """x[:, shift : shift + n], zero-padded on the right where it runs past the end."""
+    """x[:, shift : shift + n], zero-padded on the right where it runs past the end (token ids only: the
+    labels are gathered at their scored positions alone, a copy of the whole label tensor per level cost more
+    than a tenth of a training step)."""
     piece = x[:, shift : shift + n]
     missing = n - piece.shape[1]
     if missing > 0:
@@ -201,14 +207,14 @@ def unrolled_loss(head, embed, batch: Batch, teacher: Teacher, levels: int, deca
                        level_mask(n, level, ids.device), cache)
             logits = head.logits(out[valid])
         logq = F.log_softmax(logits.float(), dim=-1)
-        label = _shifted(teacher.label_logp, 1 + level, n)[valid]
+        rows, at = valid.nonzero(as_tuple=True)
+        at = at + 1 + level
         # KL rather than cross-entropy: the same gradient, and 0 means the head matches the target exactly.
-        loss = (label.exp() * (label - logq)).sum(-1).mean()
+        loss = (teacher.label_plogp[rows, at] - (teacher.label_p[rows, at] * logq).sum(-1)).mean()
         total = total + decay**level * loss
         weights += decay**level
         guess = vocab[logq.argmax(-1)]
-        best = label.argmax(-1) if teacher.argmax is None else None
-        agree = guess == (vocab[best] if best is not None else _shifted(teacher.argmax, 1 + level, n)[valid])
+        agree = guess == (vocab[teacher.label_best[rows, at]] if teacher.argmax is None else teacher.argmax[rows, at])
         stats.loss.append(float(loss.detach()))
         stats.agree.append(float(agree.float().mean()))
         stats.count.append(int(valid.sum()))

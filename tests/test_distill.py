@@ -149,11 +149,11 @@ def test_sharpened_labels_keep_the_targets_choice_and_give_it_more_weight(llama)
 
     head = new_eagle3_head(llama, layers=(0, 1, 2), seed=3).float()
     batch = distill.Batch(torch.tensor([[5, 9, 17, 23, 31, 40, 8]]), torch.tensor([7]), torch.tensor([0]))
-    plain = distill.teach(llama, head, batch, bf16=False).label_logp
-    sharp = distill.teach(llama, head, batch, bf16=False, temperature=0.5).label_logp
-    assert sharp.argmax(-1).equal(plain.argmax(-1))
-    assert (sharp.max(-1).values > plain.max(-1).values).all()
-    torch.testing.assert_close(sharp, torch.log_softmax(2 * plain, dim=-1))
+    plain = distill.teach(llama, head, batch, bf16=False)
+    sharp = distill.teach(llama, head, batch, bf16=False, temperature=0.5)
+    assert sharp.label_best.equal(plain.label_best)
+    assert (sharp.label_p.max(-1).values > plain.label_p.max(-1).values).all()
+    torch.testing.assert_close(sharp.label_p, torch.softmax(2 * plain.label_p.log(), dim=-1))
 
 
 def test_training_time_test_level_masks_show_each_level_its_own_chain_only():
@@ -184,6 +184,29 @@ def test_level_one_of_the_unrolled_loss_is_the_head_run_on_its_own_guess(llama):
     context = head(embed(ids[:, 1 : i + 2]), head.fuse(teacher.aux[:, : i + 1]), torch.arange(i + 1)[None], None, cache)
     node = head(embed(ids[:, i + 2 : i + 3]), context[:, -1:], torch.tensor([[i + 1]]), None, cache)
     torch.testing.assert_close(level1[i], node[0, 0], rtol=1e-4, atol=1e-5)
+
+
+def test_each_level_scores_the_kl_divergence_from_the_targets_distribution_at_its_own_positions(llama):
+    """Level j at index i predicts the target's distribution at i + 1 + j, for every index whose label lies
+    inside its row (rows of different lengths: padding is never scored)."""
+    from ddd.eagle3 import new_eagle3_head
+
+    head = new_eagle3_head(llama, layers=(0, 1, 2), seed=3).float()
+    ids = torch.tensor([[5, 9, 17, 23, 31, 40, 8], [7, 11, 13, 19, 0, 0, 0]])
+    batch = distill.Batch(ids, torch.tensor([7, 4]), torch.tensor([0, 0]))
+    teacher = distill.teach(llama, head, batch, bf16=False)
+    logp = teacher.label_p.log()
+    captured = []
+    original = head.logits
+    head.logits = lambda out: captured.append(original(out)) or captured[-1]
+    _, stats = distill.unrolled_loss(head, llama.model.get_input_embeddings(), batch, teacher, levels=2, decay=1.0,
+                                     prefix=0, bf16=False)
+    for level, logits in enumerate(captured):
+        labels = torch.cat([logp[row, 1 + level : length] for row, length in enumerate(batch.lengths.tolist())])
+        logq = torch.log_softmax(logits, dim=-1)
+        assert stats.count[level] == labels.shape[0] == 6 + 3 - 2 * level
+        expected = (labels.exp() * (labels - logq)).sum(-1).mean()
+        assert abs(stats.loss[level] - float(expected.detach())) < 1e-5
 
 
 def test_bad_settings_are_refused_with_a_message(tiny_llama_dir, corpus, tmp_path, capsys):
