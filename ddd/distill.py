@@ -160,9 +160,8 @@ def level_mask(n: int, level: int, device) -> torch.Tensor:
 
 
 def _shifted(x: torch.Tensor, shift: int, n: int) -> torch.Tensor:
-    """x[:, shift : shift + n], zero-padded on the right where it runs past the end (token ids only: the
-    labels are gathered at their scored positions alone, a copy of the whole label tensor per level cost more
-    than a tenth of a training step)."""
+    """x[:, shift : shift + n], zero-padded on the right where it runs past the end. For token ids: labels
+    are large, so each level gathers them at its scored positions instead."""
     piece = x[:, shift : shift + n]
     missing = n - piece.shape[1]
     if missing > 0:
@@ -217,7 +216,7 @@ def unrolled_loss(head, embed, batch: Batch, teacher: Teacher, levels: int, deca
         agree = guess == (vocab[teacher.label_best[rows, at]] if teacher.argmax is None else teacher.argmax[rows, at])
         stats.loss.append(float(loss.detach()))
         stats.agree.append(float(agree.float().mean()))
-        stats.count.append(int(valid.sum()))
+        stats.count.append(rows.numel())
         on_answer = answer[valid]
         stats.answer_count.append(int(on_answer.sum()))
         stats.answer_agree.append(float(agree[on_answer].float().mean()) if on_answer.any() else 0.0)
