@@ -151,22 +151,24 @@ def teach(target, head, batch: Batch, bf16: bool, argmax: bool = False, temperat
     return Teacher(aux, p, (p * logp).sum(-1), logp.argmax(-1), best)
 
 
-def level_mask(n: int, level: int, device) -> torch.Tensor:
-    """Level j's queries see the real context causally and, for each earlier level and their own, only
-    themselves: the chain of guesses that led to them (boolean, True = attend)."""
-    causal = torch.ones(n, n, dtype=torch.bool, device=device).tril()
-    eye = torch.eye(n, dtype=torch.bool, device=device)
-    return torch.cat([causal] + [eye] * level, dim=1)[None, None]
+def level_mask(columns: torch.Tensor, n: int, level: int) -> torch.Tensor:
+    """Level j's queries, at `columns` (rows x width indices into the n-long context), see the real context
+    causally and, for each earlier level and their own, only themselves: the chain of guesses that led to
+    them (boolean, True = attend)."""
+    rows, width = columns.shape
+    causal = torch.arange(n, device=columns.device)[None, None] <= columns[:, :, None]
+    eye = torch.eye(width, dtype=torch.bool, device=columns.device).expand(rows, width, width)
+    return torch.cat([causal] + [eye] * level, dim=2)[:, None]
 
 
-def _shifted(x: torch.Tensor, shift: int, n: int) -> torch.Tensor:
-    """x[:, shift : shift + n], zero-padded on the right where it runs past the end. For token ids: labels
-    are large, so each level gathers them at its scored positions instead."""
-    piece = x[:, shift : shift + n]
-    missing = n - piece.shape[1]
-    if missing > 0:
-        piece = torch.cat((piece, piece.new_zeros(piece.shape[0], missing, *piece.shape[2:])), dim=1)
-    return piece
+def answer_columns(batch: Batch, levels: int, n: int) -> torch.Tensor:
+    """Each row's indices whose deeper levels can predict answer tokens: from `levels` before its first
+    answer token to its end, padded on the right to the widest row (indices past n - 1 are never scored).
+    An answer is at most a few hundred tokens where its prompt may be a thousand, so every level after the
+    first runs over these alone."""
+    first = (batch.starts - levels).clamp(min=0, max=n - 1)
+    width = int((batch.lengths - 1 - first).clamp(min=1).max())
+    return first[:, None] + torch.arange(width)[None]
 
 
 @dataclass
@@ -175,26 +177,35 @@ class LevelStats:
     agree: list[float] = field(default_factory=list)  # top-1 agreement with the target's whole-vocabulary argmax
     count: list[int] = field(default_factory=list)
     # The same over answer tokens alone: what a draft tree guesses at, where the question is the user's.
+    answer_loss: list[float] = field(default_factory=list)
     answer_agree: list[float] = field(default_factory=list)
     answer_count: list[int] = field(default_factory=list)
 
 
 def unrolled_loss(head, embed, batch: Batch, teacher: Teacher, levels: int, decay: float, prefix: int,
-                  bf16: bool, score_share: float = 1.0) -> tuple[torch.Tensor, LevelStats]:
+                  bf16: bool, score_share: float = 1.0, answers_only: bool = False) -> tuple[torch.Tensor, LevelStats]:
     """The training-time-test loss over `levels` draft levels: KL divergence from the target's distribution,
     level j weighted decay**j. With `score_share` < 1 each level scores a random share of its positions:
-    the draft LM head over them is most of a step's cost, and neighbouring positions teach much the same."""
+    the draft LM head over them is most of a step's cost, and neighbouring positions teach much the same.
+    With `answers_only` only answer tokens are scored, and every level after the first runs over the answers
+    alone: a draft tree guesses answers, and the question is the user's."""
     ids = batch.ids.to(teacher.aux.device)
     n = ids.shape[1] - 1
-    index = torch.arange(n, device=ids.device)
+    everything = torch.arange(n, device=ids.device)[None]
+    deeper = answer_columns(batch, levels, n).to(ids.device) if answers_only else everything
+    lengths, starts = batch.lengths.to(ids.device)[:, None], batch.starts.to(ids.device)[:, None]
     cache = DynamicCache(config=head.config)
     vocab = head.draft_to_target()
     total, weights, stats = 0.0, 0.0, LevelStats()
     hidden = None
     for level in range(levels):
-        label_at = index + 1 + level  # the position whose distribution this level predicts
-        valid = (label_at[None] <= batch.lengths[:, None].to(ids.device) - 1) & (label_at[None] >= prefix)
-        answer = (label_at[None] >= batch.starts[:, None].to(ids.device)).expand_as(valid)
+        columns = everything if level == 0 else deeper
+        inside = columns.clamp(max=n - 1).expand(ids.shape[0], -1)
+        label_at = columns + 1 + level  # the position whose distribution this level predicts
+        valid = (label_at <= lengths - 1) & (label_at >= prefix)
+        answer = (label_at >= starts).expand_as(valid)
+        if answers_only:
+            valid &= answer
         if score_share < 1:
             valid &= torch.rand(valid.shape, device=valid.device) < score_share
         if not valid.any():
@@ -202,14 +213,18 @@ def unrolled_loss(head, embed, batch: Batch, teacher: Teacher, levels: int, deca
         with torch.autocast(ids.device.type, dtype=torch.bfloat16, enabled=bf16):
             if level == 0:
                 hidden = head.fuse(teacher.aux[:, :n])
-            out = head(embed(_shifted(ids, 1 + level, n)), hidden, (index + level)[None],
-                       level_mask(n, level, ids.device), cache)
+            elif level == 1 and deeper is not everything:
+                hidden = hidden.gather(1, inside[..., None].expand(-1, -1, hidden.shape[-1]))
+            # Columns past a row's end read its last token: they are never scored and no scored query sees them.
+            tokens = ids.gather(1, (inside + 1 + level).clamp(max=n))
+            out = head(embed(tokens), hidden, inside + level, level_mask(columns.clamp(max=n - 1), n, level), cache)
             logits = head.logits(out[valid])
         logq = F.log_softmax(logits.float(), dim=-1)
         rows, at = valid.nonzero(as_tuple=True)
-        at = at + 1 + level
+        at = inside[rows, at] + 1 + level
         # KL rather than cross-entropy: the same gradient, and 0 means the head matches the target exactly.
-        loss = (teacher.label_plogp[rows, at] - (teacher.label_p[rows, at] * logq).sum(-1)).mean()
+        divergence = teacher.label_plogp[rows, at] - (teacher.label_p[rows, at] * logq).sum(-1)
+        loss = divergence.mean()
         total = total + decay**level * loss
         weights += decay**level
         guess = vocab[logq.argmax(-1)]
@@ -219,16 +234,17 @@ def unrolled_loss(head, embed, batch: Batch, teacher: Teacher, levels: int, deca
         stats.count.append(rows.numel())
         on_answer = answer[valid]
         stats.answer_count.append(int(on_answer.sum()))
+        stats.answer_loss.append(float(divergence[on_answer].detach().mean()) if on_answer.any() else 0.0)
         stats.answer_agree.append(float(agree[on_answer].float().mean()) if on_answer.any() else 0.0)
         hidden = out
     return total / weights, stats
 
 
 def evaluate(target, head, batches: list[Batch], levels: int, prefix: int, bf16: bool) -> dict[str, float]:
-    """Held-out loss and top-1 agreement at each level, averaged over positions, and the agreement over
-    answer tokens alone."""
+    """Held-out loss and top-1 agreement at each level, averaged over positions, and both over answer
+    tokens alone."""
     loss, agree, count = [0.0] * levels, [0.0] * levels, [0] * levels
-    answer_agree, answer_count = [0.0] * levels, [0] * levels
+    answer_loss, answer_agree, answer_count = [0.0] * levels, [0.0] * levels, [0] * levels
     head.eval()
     with torch.no_grad():
         for batch in batches:
@@ -239,6 +255,7 @@ def evaluate(target, head, batches: list[Batch], levels: int, prefix: int, bf16:
                 loss[level] += stats.loss[level] * n
                 agree[level] += stats.agree[level] * n
                 count[level] += n
+                answer_loss[level] += stats.answer_loss[level] * stats.answer_count[level]
                 answer_agree[level] += stats.answer_agree[level] * stats.answer_count[level]
                 answer_count[level] += stats.answer_count[level]
     head.train()
@@ -248,6 +265,7 @@ def evaluate(target, head, batches: list[Batch], levels: int, prefix: int, bf16:
             out[f"loss{level + 1}"] = loss[level] / count[level]
             out[f"agree{level + 1}"] = agree[level] / count[level]
         if answer_count[level]:
+            out[f"answer_loss{level + 1}"] = answer_loss[level] / answer_count[level]
             out[f"answer_agree{level + 1}"] = answer_agree[level] / answer_count[level]
     return out
 
@@ -352,7 +370,8 @@ def _stage(args, state: dict | None) -> Stage:
     summary = {"stage": "distill", "corpus": list(args.corpus), "prompts": args.prompts, "answers": list(args.answers),
                "texts_train": len(train), "tokens_train": tokens, "texts_heldout": len(held), "draft_vocab": vocab.numel(),
                "draft_vocab_coverage_heldout": round(covered, 4), "levels": args.levels, "decay": args.decay,
-               "score_share": args.score_share, "label_temperature": args.label_temperature, "lr": args.lr,
+               "score_share": args.score_share, "answers_only": args.answers_only,
+               "label_temperature": args.label_temperature, "lr": args.lr,
                "batch_tokens": args.batch_tokens, "max_len": args.max_len, "bf16": args.bf16, "init": args.init,
                "head_layers": head.config.num_hidden_layers}
     return Stage(target, head, train, held_batches, prefix, summary)
@@ -397,7 +416,7 @@ def cmd_distill(args) -> int:
         batch = collate(next(batches), pad)
         teacher = teach(target, head, batch, args.bf16, temperature=args.label_temperature)
         loss, stats = unrolled_loss(head, embed, batch, teacher, args.levels, args.decay, stage.prefix, args.bf16,
-                                    args.score_share)
+                                    args.score_share, args.answers_only)
         optimiser.step(loss)
         progress.step += 1
         seen, busy = seen + int(batch.lengths.sum()), busy + time.time() - started
@@ -443,6 +462,9 @@ def add_parser(sub) -> None:
     p.add_argument("--decay", type=float, default=0.8, help="weight of level j is decay**j")
     p.add_argument("--score-share", type=float, default=0.5,
                    help="share of positions scored at each level (the draft LM head is most of the cost)")
+    p.add_argument("--answers-only", action="store_true",
+                   help="score answer tokens alone (every level after the first then runs over the answers alone, "
+                        "which is cheaper where prompts are long); evaluation still scores every position")
     p.add_argument("--label-temperature", type=float, default=1.0,
                    help="train on the target's distribution at this temperature (below 1: sharper; evaluation "
                         "always scores the distribution itself)")

@@ -157,7 +157,7 @@ def test_sharpened_labels_keep_the_targets_choice_and_give_it_more_weight(llama)
 
 
 def test_training_time_test_level_masks_show_each_level_its_own_chain_only():
-    mask = distill.level_mask(3, 2, "cpu")[0, 0]
+    mask = distill.level_mask(torch.arange(3)[None], 3, 2)[0, 0]
     assert mask.shape == (3, 9)
     assert mask[:, :3].equal(torch.ones(3, 3, dtype=torch.bool).tril())
     assert mask[:, 3:6].equal(torch.eye(3, dtype=torch.bool)) and mask[:, 6:].equal(torch.eye(3, dtype=torch.bool))
@@ -209,6 +209,37 @@ def test_each_level_scores_the_kl_divergence_from_the_targets_distribution_at_it
         assert abs(stats.loss[level] - float(expected.detach())) < 1e-5
 
 
+def test_answers_only_scores_the_answer_tokens_exactly_as_the_whole_texts_pass_does(llama):
+    """Levels 2 and deeper then run over each row's answer alone, rows whose answers start at different
+    places and end at different lengths; every answer position must come out as it does when every position
+    is run."""
+    from ddd.eagle3 import new_eagle3_head
+
+    head = new_eagle3_head(llama, layers=(0, 1, 2), seed=3).float()
+    ids = torch.tensor([[5, 9, 17, 23, 31, 40, 8, 12, 14, 3], [7, 11, 13, 19, 21, 25, 27, 0, 0, 0]])
+    batch = distill.Batch(ids, torch.tensor([10, 7]), torch.tensor([7, 3]))
+    teacher = distill.teach(llama, head, batch, bf16=False)
+    embed = llama.model.get_input_embeddings()
+    original = head.logits
+
+    def scored(answers_only):
+        captured = []
+        head.logits = lambda out: captured.append(original(out)) or captured[-1]
+        _, stats = distill.unrolled_loss(head, embed, batch, teacher, levels=3, decay=1.0, prefix=0, bf16=False,
+                                         answers_only=answers_only)
+        return captured, stats
+
+    whole, whole_stats = scored(False)
+    answers, answer_stats = scored(True)
+    for level in range(3):
+        on_answer = torch.cat([torch.arange(1 + level, length) >= start
+                               for length, start in zip(batch.lengths.tolist(), batch.starts.tolist())])
+        torch.testing.assert_close(answers[level], whole[level][on_answer], rtol=1e-4, atol=1e-5)
+        assert answer_stats.count[level] == whole_stats.answer_count[level] == int(on_answer.sum())
+        assert answer_stats.agree[level] == whole_stats.answer_agree[level]
+        assert abs(answer_stats.loss[level] - whole_stats.answer_loss[level]) < 1e-5
+
+
 def test_bad_settings_are_refused_with_a_message(tiny_llama_dir, corpus, tmp_path, capsys):
     assert _distill(tiny_llama_dir, corpus, tmp_path, "--levels", "0") == 2
     assert "--levels must be at least 1" in capsys.readouterr().err
@@ -218,6 +249,13 @@ def test_bad_settings_are_refused_with_a_message(tiny_llama_dir, corpus, tmp_pat
     assert "not a directory written by `python -m ddd.train data`" in capsys.readouterr().err
     assert _distill(tiny_llama_dir, corpus, tmp_path, "--label-temperature", "0") == 2
     assert "--label-temperature must be in [0.05, 1]" in capsys.readouterr().err
+
+
+def test_stage_two_on_answer_tokens_alone_lowers_the_held_out_loss(tiny_llama_dir, own_answers, tmp_path):
+    assert _stage_two(tiny_llama_dir, own_answers, tmp_path, "--answers-only", "--steps", "30", "--eval-every", "1") == 0
+    history = torch.load(tmp_path / "ckpt" / "checkpoint.pt", weights_only=False)["progress"]["history"]
+    first, last = history[0], history[-1]
+    assert last["heldout_answer_loss1"] < 0.98 * first["heldout_answer_loss1"], (first, last)
 
 
 def test_a_head_trained_on_one_level_is_still_scored_on_deeper_ones(tiny_llama_dir, corpus, tmp_path):
