@@ -183,12 +183,14 @@ class LevelStats:
 
 
 def unrolled_loss(head, embed, batch: Batch, teacher: Teacher, levels: int, decay: float, prefix: int,
-                  bf16: bool, score_share: float = 1.0, answers_only: bool = False) -> tuple[torch.Tensor, LevelStats]:
+                  bf16: bool, score_share: float = 1.0,
+                  answers_only: bool = False) -> tuple[torch.Tensor | None, LevelStats]:
     """The training-time-test loss over `levels` draft levels: KL divergence from the target's distribution,
     level j weighted decay**j. With `score_share` < 1 each level scores a random share of its positions:
     the draft LM head over them is most of a step's cost, and neighbouring positions teach much the same.
     With `answers_only` only answer tokens are scored, and every level after the first runs over the answers
-    alone: a draft tree guesses answers, and the question is the user's."""
+    alone: a draft tree guesses answers, and the question is the user's. The loss is None where nothing is
+    scored (a batch of prompts cut before their answers, with `answers_only`)."""
     ids = batch.ids.to(teacher.aux.device)
     n = ids.shape[1] - 1
     everything = torch.arange(n, device=ids.device)[None]
@@ -237,7 +239,7 @@ def unrolled_loss(head, embed, batch: Batch, teacher: Teacher, levels: int, deca
         stats.answer_loss.append(float(divergence[on_answer].detach().mean()) if on_answer.any() else 0.0)
         stats.answer_agree.append(float(agree[on_answer].float().mean()) if on_answer.any() else 0.0)
         hidden = out
-    return total / weights, stats
+    return (total / weights if weights else None), stats
 
 
 def evaluate(target, head, batches: list[Batch], levels: int, prefix: int, bf16: bool) -> dict[str, float]:
@@ -417,6 +419,8 @@ def cmd_distill(args) -> int:
         teacher = teach(target, head, batch, args.bf16, temperature=args.label_temperature)
         loss, stats = unrolled_loss(head, embed, batch, teacher, args.levels, args.decay, stage.prefix, args.bf16,
                                     args.score_share, args.answers_only)
+        if loss is None:
+            continue
         optimiser.step(loss)
         progress.step += 1
         seen, busy = seen + int(batch.lengths.sum()), busy + time.time() - started

@@ -240,6 +240,18 @@ def test_answers_only_scores_the_answer_tokens_exactly_as_the_whole_texts_pass_d
         assert abs(answer_stats.loss[level] - whole_stats.answer_loss[level]) < 1e-5
 
 
+def test_a_batch_with_no_answer_token_has_nothing_to_score_with_answers_only(llama):
+    """Prompts cut to the length limit before their answer begin: such a batch is skipped, not a step."""
+    from ddd.eagle3 import new_eagle3_head
+
+    head = new_eagle3_head(llama, layers=(0, 1, 2), seed=3).float()
+    batch = distill.Batch(torch.tensor([[5, 9, 17, 23, 31, 40, 8]]), torch.tensor([7]), torch.tensor([7]))
+    teacher = distill.teach(llama, head, batch, bf16=False)
+    loss, stats = distill.unrolled_loss(head, llama.model.get_input_embeddings(), batch, teacher, levels=2,
+                                        decay=1.0, prefix=0, bf16=False, answers_only=True)
+    assert loss is None and stats.count == []
+
+
 def test_bad_settings_are_refused_with_a_message(tiny_llama_dir, corpus, tmp_path, capsys):
     assert _distill(tiny_llama_dir, corpus, tmp_path, "--levels", "0") == 2
     assert "--levels must be at least 1" in capsys.readouterr().err
