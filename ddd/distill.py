@@ -325,31 +325,40 @@ class Stage:
 
 
 def _head(args, target, train: list[Text], state: dict | None):
-    """The head to train: the checkpoint's, the --init head (deepened to --head-layers), or a new one over
-    the training texts' vocabulary."""
-    from .eagle3 import deepen, new_eagle3_head
+    """The head to train: the checkpoint's, the --init head (deepened to --head-layers, reading the added
+    --feature-layers too), or a new one over the training texts' vocabulary."""
+    from .eagle3 import deepen, new_eagle3_head, with_features
     from .head import load_head
 
     if state is None and args.init:
         head = load_head(args.init, target)
         if head.kind != "eagle3":
             raise TrainError(f"--init {args.init} is an {head.kind} head; distillation trains EAGLE-3 heads.")
-        if args.head_layers:
-            try:
+        try:
+            if args.head_layers:
                 head = deepen(head, args.head_layers, seed=args.seed)
-            except ValueError as err:
-                raise TrainError(f"--head-layers: {err}") from None
+            if args.feature_layers:
+                head = with_features(head, _feature_layers(args))
+        except ValueError as err:
+            raise TrainError(f"--head-layers / --feature-layers: {err}") from None
         return head.float().requires_grad_(True)
     if state is not None:
         vocab, layers, depth = state["draft_vocab"], state["layers"], state.get("head_layers", 1)
     else:
         vocab = draft_vocabulary(train, target.vocab_size, min(args.draft_vocab, target.vocab_size), target.eos_ids())
-        layers = tuple(int(i) for i in args.feature_layers.split(",")) if args.feature_layers else None
+        layers = _feature_layers(args) if args.feature_layers else None
         depth = args.head_layers or 1
     try:
         return new_eagle3_head(target, draft_vocab=vocab, seed=args.seed, layers=layers, depth=depth).float()
     except ValueError as err:
         raise TrainError(f"--feature-layers / --head-layers: {err}") from None
+
+
+def _feature_layers(args) -> tuple[int, ...]:
+    try:
+        return tuple(int(i) for i in args.feature_layers.split(","))
+    except ValueError:
+        raise TrainError(f"--feature-layers takes comma-separated numbers, not {args.feature_layers!r}.") from None
 
 
 def _stage(args, state: dict | None) -> Stage:
@@ -476,7 +485,9 @@ def add_parser(sub) -> None:
     p.add_argument("--clip", type=float, default=0.5, help="gradient-norm clip")
     p.add_argument("--draft-vocab", type=int, default=16384, help="size of the head's own vocabulary")
     p.add_argument("--feature-layers", default=None,
-                   help="comma-separated hidden-state indices the head reads (default: inputs of layers 2, L//2, L-3)")
+                   help="comma-separated hidden-state indices the head reads (default: inputs of layers 2, L//2, L-3); "
+                        "an --init head keeps its own and reads the added ones too, drafting as before until "
+                        "training moves them")
     p.add_argument("--head-layers", type=int, default=0,
                    help="decoder layers of the head (0: as the --init head, else 1); an --init head grows to this "
                         "many, drafting as before until training moves the new ones")

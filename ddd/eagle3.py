@@ -206,6 +206,34 @@ def deepen(head: Eagle3Head, depth: int, seed: int = 0) -> Eagle3Head:
     return grown
 
 
+def _check_first_layer(layers: tuple[int, ...]) -> None:
+    if layers[0] == 1:
+        raise ValueError("A layer list starting at 1 reads back as layer outputs (see aux_layers_of); "
+                         "order the layers another way.")
+
+
+def with_features(head: Eagle3Head, layers: tuple[int, ...]) -> Eagle3Head:
+    """`head` reading the target's hidden states `layers`, which include every one it reads now, drafting
+    exactly as before: `fc`'s columns for the added layers start at zero, and training moves them at once
+    (their gradient is the fused input's times the new features)."""
+    layers = tuple(layers)
+    if not set(head.aux_layers) <= set(layers) or len(set(layers)) != len(layers):
+        raise ValueError(f"The head reads hidden states {list(head.aux_layers)}: the new list must keep each of "
+                         f"them and name every layer once, not {list(layers)}.")
+    _check_first_layer(layers)
+    wide = Eagle3Head(copy.deepcopy(head.config), layers, head.d2t.clone()).to(device=head.d2t.device,
+                                                                              dtype=head.fc.weight.dtype)
+    state = head.state_dict()
+    size = head.config.hidden_size
+    fc = torch.zeros_like(wide.fc.weight)
+    for k, layer in enumerate(head.aux_layers):
+        at = layers.index(layer)
+        fc[:, at * size : (at + 1) * size] = head.fc.weight[:, k * size : (k + 1) * size]
+    state["fc.weight"] = fc
+    wide.load_state_dict(state)
+    return wide
+
+
 def new_eagle3_head(target: Target, draft_vocab: torch.Tensor | None = None, seed: int = 0,
                     layers: tuple[int, ...] | None = None, depth: int = 1) -> Eagle3Head:
     """A randomly initialised EAGLE-3 head for `target`. draft_vocab: the target ids to keep (default: all);
@@ -216,9 +244,7 @@ def new_eagle3_head(target: Target, draft_vocab: torch.Tensor | None = None, see
     if not all(0 <= i <= num_layers for i in layers):
         raise ValueError(f"Feature layers {list(layers)} do not exist: {target.name} has hidden states 0 to "
                          f"{num_layers}; pass layers=.")
-    if layers[0] == 1:
-        raise ValueError("A layer list starting at 1 reads back as layer outputs (see aux_layers_of); "
-                         "order the layers another way.")
+    _check_first_layer(layers)
     d2t = torch.zeros(target.vocab_size, dtype=torch.long) if draft_vocab is None else d2t_of(draft_vocab)
     torch.manual_seed(seed)
     head = Eagle3Head(LlamaConfig(**target_config_fields(target) | {"num_hidden_layers": depth}), layers, d2t)

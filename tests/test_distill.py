@@ -144,6 +144,22 @@ def test_a_head_deepened_at_the_start_of_a_stage_starts_where_its_init_stood(tin
     assert load_head(tmp_path / "deep" / "head", load_tiny(tiny_llama_dir)).config.num_hidden_layers == 2
 
 
+def test_a_head_given_more_features_at_the_start_of_a_stage_starts_where_its_init_stood(tiny_llama_dir, corpus,
+                                                                                       tmp_path):
+    """The tiny target has hidden states 0 to 2: a head reading 0 and 2 is given 1, between them."""
+    assert _distill(tiny_llama_dir, corpus, tmp_path / "one", "--feature-layers", "0,2", "--steps", "4",
+                    "--eval-every", "100") == 0
+    init = ("--init", str(tmp_path / "one" / "head"), "--steps", "2", "--eval-every", "100")
+    assert _distill(tiny_llama_dir, corpus, tmp_path / "same", *init, "--feature-layers", "0,2") == 0
+    assert _distill(tiny_llama_dir, corpus, tmp_path / "wide", *init, "--feature-layers", "0,1,2") == 0
+    same, wide = (torch.load(tmp_path / name / "ckpt" / "checkpoint.pt", weights_only=False) for name in ("same", "wide"))
+    assert same["progress"]["history"][0] == wide["progress"]["history"][0]  # step 0: the same drafts
+    head = load_head(tmp_path / "wide" / "head", load_tiny(tiny_llama_dir))
+    size = head.config.hidden_size
+    assert head.aux_layers == (0, 1, 2) and head.fc.weight[:, size : 2 * size].abs().sum() > 0  # trained from zero
+    assert _distill(tiny_llama_dir, corpus, tmp_path / "bad", *init, "--feature-layers", "0,1") == 2
+
+
 def test_sharpened_labels_keep_the_targets_choice_and_give_it_more_weight(llama):
     from ddd.eagle3 import new_eagle3_head
 
