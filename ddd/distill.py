@@ -217,7 +217,7 @@ def unrolled_loss(head, embed, batch: Batch, teacher: Teacher, levels: int, deca
                 hidden = head.fuse(teacher.aux[:, :n])
             elif level == 1 and deeper is not everything:
                 hidden = hidden.gather(1, inside[..., None].expand(-1, -1, hidden.shape[-1]))
-            # Columns past a row's end read its last token: they are never scored and no scored query sees them.
+            # Columns past a row's end read the batch's last column: never scored, and no scored query sees them.
             tokens = ids.gather(1, (inside + 1 + level).clamp(max=n))
             out = head(embed(tokens), hidden, inside + level, level_mask(columns.clamp(max=n - 1), n, level), cache)
             logits = head.logits(out[valid])
