@@ -202,7 +202,8 @@ def unrolled_loss(head, embed, batch: Batch, teacher: Teacher, levels: int, deca
     hidden = None
     for level in range(levels):
         columns = everything if level == 0 else deeper
-        inside = columns.clamp(max=n - 1).expand(ids.shape[0], -1)
+        clamped = columns.clamp(max=n - 1)  # one row in the whole-text pass: its mask broadcasts over the batch
+        inside = clamped.expand(ids.shape[0], -1)
         label_at = columns + 1 + level  # the position whose distribution this level predicts
         valid = (label_at <= lengths - 1) & (label_at >= prefix)
         answer = (label_at >= starts).expand_as(valid)
@@ -219,7 +220,7 @@ def unrolled_loss(head, embed, batch: Batch, teacher: Teacher, levels: int, deca
                 hidden = hidden.gather(1, inside[..., None].expand(-1, -1, hidden.shape[-1]))
             # Columns past a row's end read the batch's last column: never scored, and no scored query sees them.
             tokens = ids.gather(1, (inside + 1 + level).clamp(max=n))
-            out = head(embed(tokens), hidden, inside + level, level_mask(columns.clamp(max=n - 1), n, level), cache)
+            out = head(embed(tokens), hidden, inside + level, level_mask(clamped, n, level), cache)
             logits = head.logits(out[valid])
         logq = F.log_softmax(logits.float(), dim=-1)
         rows, at = valid.nonzero(as_tuple=True)
