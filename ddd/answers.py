@@ -3,7 +3,9 @@
 The target answers each prompt (chat template, one user turn; greedy, plus a sampled fraction at
 temperature 0.7); per sample the token ids (prompt + answer), the prompt length and the target's features
 (last hidden state after the final norm, float16) go into shard files. Finished shards are skipped when the
-command runs again.
+command runs again. With `--bf16` the target decodes in bfloat16 and no features are stored: ids alone are
+what stage two's distillation reads (it computes labels and features itself), and on a CPU with bfloat16
+matrix units decoding runs several times faster (docs/training.md).
 """
 from __future__ import annotations
 
@@ -11,12 +13,14 @@ import json
 import math
 import random
 import time
+from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
 
 import torch
 from tqdm import tqdm
 from transformers import DynamicCache
+from transformers.cache_utils import Cache, CacheLayerMixin
 
 from .training import DEFAULT_CORPUS, DEFAULT_PROMPTS, TrainError, add_machine_arguments, prompt_ids, read_prompt_files
 
@@ -24,7 +28,7 @@ SHARD_GLOB = "shard_*.pt"
 DATA_FORMAT = 2  # 2: greedy and sampled rows share one decoding loop (1: separate generate() calls)
 # Fields of the data run that must agree with an existing output directory for it to be resumed.
 _PLAN_KEYS = ("format", "model", "prompts", "limit", "seed", "shard_size", "max_new_tokens", "max_prompt_tokens",
-              "sampled_fraction", "temperature", "skip")
+              "sampled_fraction", "temperature", "skip", "bf16")
 
 
 @dataclass
@@ -69,69 +73,158 @@ def _plan(args, target) -> tuple[list[_Item], dict]:
     }
     if args.skip:  # only when given, so that directories made before --skip existed still resume
         plan["skip"] = [str(Path(d).resolve()) for d in args.skip]
+    if args.bf16:  # likewise
+        plan["bf16"] = True
     return items, plan
 
 
-@torch.inference_mode()
-def _answer_batch(target, items: list[_Item], args, generator: torch.Generator) -> list[dict]:
-    """Answers for a batch of prompts in one left-padded decoding loop, greedy and sampled rows side by side.
+class _RowLayer(CacheLayerMixin):
+    """One decoder layer's keys and values, preallocated for every row of the batch, each row at its own
+    length: a step writes each row's new entry at that row's end, so nothing grows (growing a cache by
+    concatenation was most of a decoding step), and a row whose answer is done takes the next prompt's
+    prefill while the others decode on."""
 
+    def __init__(self, rows: int, heads: int, width: int, dim: int, dtype: torch.dtype, device, lengths):
+        super().__init__()
+        self.keys = torch.zeros((rows, heads, width, dim), dtype=dtype, device=device)
+        self.values = torch.zeros_like(self.keys)
+        self.lengths = lengths  # (rows,) shared by every layer: where each row's next entry goes
+        self.is_initialized = True
+
+    def lazy_initialization(self, key_states: torch.Tensor, value_states: torch.Tensor) -> None:
+        pass
+
+    def update(self, key_states: torch.Tensor, value_states: torch.Tensor, *args, **kwargs):
+        rows = torch.arange(self.keys.shape[0], device=self.keys.device)
+        self.keys[rows, :, self.lengths] = key_states[:, :, 0]
+        self.values[rows, :, self.lengths] = value_states[:, :, 0]
+        return self.keys, self.values
+
+    def get_mask_sizes(self, query_length: int) -> tuple[int, int]:
+        return self.keys.shape[-2], 0
+
+    def get_seq_length(self) -> int:
+        return int(self.lengths.max())
+
+    def get_max_length(self) -> int:
+        return self.keys.shape[-2]
+
+
+@dataclass
+class _Row:
+    """The answer a batch row is decoding."""
+
+    item: _Item
+    answer: list[int]
+    features: list[torch.Tensor]  # float16: the prompt's positions from its prefill, then one per token read
+
+
+class _Rows:
+    """The decoding batch: `rows` slots over one preallocated cache, refilled from a queue of prompts."""
+
+    def __init__(self, target, rows: int, width: int, keep: bool):
+        model = target.model
+        config = model.config
+        self.model, self.keep, self.device = model, keep, target.device
+        dtype = next(model.parameters()).dtype
+        heads = config.num_key_value_heads
+        dim = getattr(config, "head_dim", None) or config.hidden_size // config.num_attention_heads
+        self.lengths = torch.zeros(rows, dtype=torch.long, device=self.device)
+        self.layers = [_RowLayer(rows, heads, width, dim, dtype, self.device, self.lengths)
+                       for _ in range(config.num_hidden_layers)]
+        self.cache = Cache(layers=self.layers)
+        self.last = torch.zeros((rows, config.hidden_size), dtype=dtype, device=self.device)  # newest final states
+        self.sampled = torch.zeros(rows, dtype=torch.bool, device=self.device)
+        self.slots: list[_Row | None] = [None] * rows
+        self.low = torch.finfo(dtype).min
+
+    def fill(self, row: int, item: _Item | None) -> None:
+        """Prefill `item` alone into `row` (or leave the row idle: None)."""
+        self.slots[row] = None
+        if item is None:
+            return
+        single = DynamicCache(config=self.model.config)
+        ids = torch.tensor([item.ids], device=self.device)
+        hidden = self.model.model(input_ids=ids, cache=single, use_cache=True).last_hidden_state[0]
+        n = len(item.ids)
+        for layer, filled in zip(self.layers, single.layers):
+            layer.keys[row, :, :n] = filled.keys[0]
+            layer.values[row, :, :n] = filled.values[0]
+        self.lengths[row], self.last[row], self.sampled[row] = n, hidden[-1], item.sampled
+        self.slots[row] = _Row(item, [], [hidden.to(torch.float16).cpu()] if self.keep else [])
+
+    def step(self, tokens: torch.Tensor, advance: torch.Tensor) -> None:
+        """Read `tokens` (one per row) where `advance` is set; other rows (idle, or just refilled) are run too,
+        as a batch is, but their entry is written past their end and their state kept."""
+        width = self.layers[0].keys.shape[-2]
+        visible = torch.arange(width, device=self.device)[None] <= self.lengths[:, None]
+        mask = torch.zeros(visible.shape, dtype=self.last.dtype, device=self.device).masked_fill(~visible, self.low)
+        hidden = self.model.model(input_ids=tokens[:, None], position_ids=self.lengths[:, None],
+                                  attention_mask=mask[:, None, None], cache=self.cache,
+                                  use_cache=True).last_hidden_state[:, 0]
+        self.last[advance] = hidden[advance]
+        self.lengths += advance.long()
+        if self.keep:
+            for row in advance.nonzero()[:, 0].tolist():
+                self.slots[row].features.append(hidden[row: row + 1].to(torch.float16).cpu())
+
+    def shrink(self) -> None:
+        """Drop the idle rows, so that the last answers decode in a smaller batch."""
+        keep = torch.tensor([slot is not None for slot in self.slots], device=self.device)
+        self.lengths = self.lengths[keep]
+        for layer in self.layers:
+            layer.keys, layer.values, layer.lengths = layer.keys[keep], layer.values[keep], self.lengths
+        self.last, self.sampled = self.last[keep], self.sampled[keep]
+        self.slots = [slot for slot in self.slots if slot is not None]
+
+
+@torch.inference_mode()
+def _answers(target, items: list[_Item], args, generator: torch.Generator) -> Iterator[dict]:
+    """The target's answers to `items`, greedy and sampled rows side by side, each yielded once done.
+
+    Every row holds one prompt from its own prefill (no padding, its own positions) and decodes one token
+    a step; a row whose answer ends takes the next prompt, so no row idles while a long answer finishes.
     The features are the final norm's outputs that the loop computes anyway: prompt positions from the
-    prefill, then one per answer token read back. A static batch, so short prompts wait for long ones,
-    but each step multiplies all rows at once, which is what makes a 2-core CPU fast here.
+    prefill, then one per answer token read back.
     """
-    model = target.model
-    device = target.device
     eos = target.eos_ids()
-    width = max(len(item.ids) for item in items)
-    ids = torch.zeros((len(items), width), dtype=torch.long)
-    attention = torch.zeros((len(items), width), dtype=torch.long)
-    for row, item in enumerate(items):
-        ids[row, width - len(item.ids):] = torch.tensor(item.ids)
-        attention[row, width - len(item.ids):] = 1
-    ids, attention = ids.to(device), attention.to(device)
-    sampled = torch.tensor([item.sampled for item in items], device=device)
-    eos_ids = torch.tensor(sorted(eos) if eos else [-1], device=device)
-    positions = (attention.cumsum(-1) - 1).clamp(min=0)
-    cache = DynamicCache(config=model.config)
-    hidden = model.model(input_ids=ids, attention_mask=attention, position_ids=positions, cache=cache,
-                         use_cache=True).last_hidden_state
-    features = [hidden.to(torch.float16).cpu()]
-    answers: list[torch.Tensor] = []
-    done = torch.zeros(len(items), dtype=torch.bool, device=device)
-    position = positions[:, -1:]
-    for step in range(args.max_new_tokens):
-        logits = model.lm_head(hidden[:, -1]).float()
-        token = logits.argmax(-1)
-        if bool(sampled.any()):
+    queue = iter(items)
+    width = max(len(item.ids) for item in items) + args.max_new_tokens
+    batch = _Rows(target, min(args.batch_size, len(items)), width, keep=not args.bf16)
+    for row in range(len(batch.slots)):
+        batch.fill(row, next(queue, None))
+    while batch.slots:
+        logits = target.model.lm_head(batch.last).float()
+        tokens = logits.argmax(-1)
+        if bool(batch.sampled.any()):
             drawn = torch.multinomial(torch.softmax(logits / args.temperature, -1), 1, generator=generator)[:, 0]
-            token = torch.where(sampled, drawn, token)
-        answers.append(token.cpu())
-        done |= torch.isin(token, eos_ids)
-        if bool(done.all()) or step == args.max_new_tokens - 1:
+            tokens = torch.where(batch.sampled, drawn, tokens)
+        advance = torch.zeros(len(batch.slots), dtype=torch.bool, device=batch.device)
+        for row, (slot, token) in enumerate(zip(batch.slots, tokens.tolist())):
+            if slot is None:
+                continue
+            slot.answer.append(token)
+            if token in eos or len(slot.answer) == args.max_new_tokens:
+                yield _sample(slot, eos)
+                batch.fill(row, next(queue, None))
+            else:
+                advance[row] = True
+        if not any(batch.slots):
             break
-        attention = torch.cat((attention, torch.ones_like(attention[:, :1])), dim=1)
-        position = position + 1
-        hidden = model.model(input_ids=token[:, None], attention_mask=attention, position_ids=position, cache=cache,
-                             use_cache=True).last_hidden_state
-        features.append(hidden.to(torch.float16).cpu())
-    answers_t, features_t = torch.stack(answers, dim=1), torch.cat(features, dim=1)
-    samples = []
-    for row, item in enumerate(items):
-        answer = answers_t[row].tolist()
-        for position_in_answer, token in enumerate(answer):
-            if token in eos:
-                answer = answer[: position_in_answer + 1]
-                break
-        full = item.ids + answer
-        start = width - len(item.ids)
-        samples.append({
-            "id": item.id, "index": item.index, "ids": torch.tensor(full, dtype=torch.int32),
+        if 2 * batch.slots.count(None) >= len(batch.slots):  # rows idle only once the queue is empty
+            busy = torch.tensor([slot is not None for slot in batch.slots], device=batch.device)
+            tokens, advance = tokens[busy], advance[busy]
+            batch.shrink()
+        batch.step(tokens, advance)
+
+
+def _sample(slot: _Row, eos: set[int]) -> dict:
+    item, answer = slot.item, slot.answer
+    full = item.ids + answer
+    features = torch.cat(slot.features)[: len(full) - 1] if slot.features else None
+    return {"id": item.id, "index": item.index, "ids": torch.tensor(full, dtype=torch.int32),
             "prompt_len": len(item.ids), "sampled": item.sampled, "truncated": item.truncated,
-            "finished": bool(answer) and answer[-1] in eos,
-            "features": features_t[row, start: start + len(full) - 1].clone(),
-        })
-    return samples
+            "finished": answer[-1] in eos, "features": features}
 
 
 def _shard_path(out: Path, number: int) -> Path:
@@ -172,25 +265,32 @@ def _resume_plan(plan: dict, meta_path: Path) -> None:
     meta_path.write_text(json.dumps(plan, indent=2))
 
 
-def _write_shard(target, items: list, number: int, args, out: Path, bar: tqdm, made: int, since: float) -> int:
-    """Answer one shard's prompts (shortest first, so batches pad little) and save it; `made` (new tokens so
-    far, reported on `bar` as a rate since `since`) plus this shard's."""
-    started = time.time()
-    chunk = sorted(items[number * args.shard_size:(number + 1) * args.shard_size], key=lambda i: len(i.ids))
-    generator = torch.Generator(device=target.device).manual_seed(args.seed * 100003 + number)
-    samples = []
-    for start in range(0, len(chunk), args.batch_size):
-        batch = chunk[start:start + args.batch_size]
-        answers = _answer_batch(target, batch, args, generator)
-        samples.extend(answers)
-        made += sum(len(s["ids"]) - s["prompt_len"] for s in answers)
-        bar.update(len(batch))
-        bar.set_postfix(new_tokens=made, tok_s=f"{made / (time.time() - since):.0f}")
-    samples.sort(key=lambda s: s["index"])
+def _write_shard(samples: list[dict], number: int, out: Path, wall_s: float) -> None:
     path = _shard_path(out, number)
     tmp = path.with_suffix(".tmp")
-    torch.save({"format": DATA_FORMAT, "samples": samples, "wall_s": time.time() - started}, tmp)
+    samples = sorted(samples, key=lambda s: s["index"])
+    torch.save({"format": DATA_FORMAT, "samples": samples, "wall_s": wall_s}, tmp)
     tmp.replace(path)
+
+
+def _answer_shards(target, items: list[_Item], todo: list[int], args, out: Path, bar: tqdm, since: float) -> int:
+    """Answer the prompts of the `todo` shards in one stream of batches, saving each shard as soon as its
+    last answer is in; the new tokens made."""
+    size = args.shard_size
+    shard_of = {item.index: n for n in todo for item in items[n * size:(n + 1) * size]}
+    waiting = {n: len(items[n * size:(n + 1) * size]) for n in todo}
+    done: dict[int, list[dict]] = {n: [] for n in todo}
+    queue = [item for n in todo for item in items[n * size:(n + 1) * size]]
+    generator = torch.Generator(device=target.device).manual_seed(args.seed * 100003 + todo[0])
+    made, started = 0, time.time()
+    for sample in _answers(target, queue, args, generator):
+        number = shard_of[sample["index"]]
+        done[number].append(sample)
+        made += len(sample["ids"]) - sample["prompt_len"]
+        bar.update(1)
+        bar.set_postfix(new_tokens=made, tok_s=f"{made / (time.time() - since):.0f}")
+        if len(done[number]) == waiting[number]:
+            _write_shard(done.pop(number), number, out, time.time() - started)
     return made
 
 
@@ -202,6 +302,8 @@ def cmd_data(args) -> int:
         torch.set_num_threads(args.threads)
     started = time.time()
     target = load_target(args.model, device=args.device)
+    if args.bf16:
+        target.model.to(torch.bfloat16)
     items, plan = _plan(args, target)
     out = Path(args.out)
     out.mkdir(parents=True, exist_ok=True)
@@ -218,8 +320,7 @@ def cmd_data(args) -> int:
         len(items[n * args.shard_size:(n + 1) * args.shard_size]) for n in todo), dynamic_ncols=True)
     made = 0
     try:
-        for number in todo:
-            made = _write_shard(target, items, number, args, out, bar, made, started)
+        made = _answer_shards(target, items, todo, args, out, bar, started)
     finally:
         bar.close()
         plan["wall_s"] += time.time() - started
@@ -273,5 +374,7 @@ def add_parser(sub) -> None:
     p.add_argument("--shard-size", type=int, default=64, help="prompts per shard file (the unit of resuming)")
     p.add_argument("--sampled-fraction", type=float, default=0.3, help="share of answers sampled instead of greedy")
     p.add_argument("--temperature", type=float, default=0.7, help="temperature of the sampled answers")
+    p.add_argument("--bf16", action="store_true",
+                   help="decode in bfloat16 and store token ids only (for distill; fit needs the features)")
     add_machine_arguments(p)
     p.set_defaults(func=cmd_data)

@@ -306,6 +306,8 @@ def _check(args) -> None:
                          "the --init head, else 1) or positive.")
     if args.lr <= 0 or args.minutes <= 0 or not 0 < args.decay <= 1 or not 0 < args.score_share <= 1:
         raise TrainError("--lr and --minutes must be positive, --decay and --score-share in (0, 1].")
+    if args.layers_lr < 0:
+        raise TrainError("--layers-lr must be positive (or 0: the same as --lr).")
     if not 0.05 <= args.label_temperature <= 1:
         raise TrainError("--label-temperature must be in [0.05, 1].")
     for directory in args.answers:
@@ -384,6 +386,7 @@ def _stage(args, state: dict | None) -> Stage:
                "draft_vocab_coverage_heldout": round(covered, 4), "levels": args.levels, "decay": args.decay,
                "score_share": args.score_share, "answers_only": args.answers_only,
                "label_temperature": args.label_temperature, "lr": args.lr,
+               "layers_lr": args.layers_lr or args.lr,
                "batch_tokens": args.batch_tokens, "max_len": args.max_len, "bf16": args.bf16, "init": args.init,
                "head_layers": head.config.num_hidden_layers}
     return Stage(target, head, train, held_batches, prefix, summary)
@@ -399,7 +402,8 @@ def cmd_distill(args) -> int:
     state = read_checkpoint(args.ckpt_dir, args.resume)
     stage = _stage(args, state)
     head, target = stage.head, stage.target
-    optimiser = Optimiser(head, args.lr, args.steps, max(1, args.steps // 50), args.clip)
+    optimiser = Optimiser(head, args.lr, args.steps, max(1, args.steps // 50), args.clip,
+                          prefix_lr={"layers.": args.layers_lr} if args.layers_lr else None)
     if state is None:
         torch.manual_seed(args.seed)  # which positions each level scores: the same draws whole or resumed
     progress = restore(state, head, optimiser) if state is not None else Progress()
@@ -483,6 +487,8 @@ def add_parser(sub) -> None:
                    help="train on the target's distribution at this temperature (below 1: sharper; evaluation "
                         "always scores the distribution itself)")
     p.add_argument("--lr", type=float, default=1e-3)
+    p.add_argument("--layers-lr", type=float, default=0,
+                   help="peak learning rate of the decoder layers after the first (--head-layers), 0: --lr")
     p.add_argument("--clip", type=float, default=0.5, help="gradient-norm clip")
     p.add_argument("--draft-vocab", type=int, default=16384, help="size of the head's own vocabulary")
     p.add_argument("--feature-layers", default=None,

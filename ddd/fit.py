@@ -323,6 +323,9 @@ def cmd_fit(args) -> int:
     if args.threads:
         torch.set_num_threads(args.threads)
     samples, meta = load_samples(args.data)
+    if meta.get("bf16"):
+        raise TrainError(f"{args.data} was made with `data --bf16`, which stores token ids only; fit trains on "
+                         "the target's float32 features (distill --answers reads such data).")
     state = read_checkpoint(args.ckpt_dir, args.resume)
     target = load_target(args.model or meta["model"], device=args.device)
     if target.hidden_size != meta["hidden_size"]:

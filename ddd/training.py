@@ -166,10 +166,18 @@ class Optimiser:
     """AdamW with linear warm-up then cosine decay over `steps`, and gradient-norm clipping."""
 
     def __init__(self, head: torch.nn.Module, lr: float, steps: int, warmup: int, clip: float,
-                 weight_decay: float = 0.0):
-        self.params = [p for p in head.parameters() if p.requires_grad]
+                 weight_decay: float = 0.0, prefix_lr: dict[str, float] | None = None):
+        """`prefix_lr` gives the parameters whose names start with a prefix their own peak learning rate:
+        weights added to a trained head start at zero and, at the rate that fine-tunes the rest, barely move."""
+        named = [(name, p) for name, p in head.named_parameters() if p.requires_grad]
+        self.params = [p for _, p in named]
         self.clip = clip
-        self.optimizer = torch.optim.AdamW(self.params, lr=lr, betas=(0.9, 0.95), weight_decay=weight_decay)
+        groups: dict[float, list[torch.nn.Parameter]] = {}
+        for name, p in named:
+            rate = next((r for prefix, r in (prefix_lr or {}).items() if name.startswith(prefix)), lr)
+            groups.setdefault(rate, []).append(p)
+        self.optimizer = torch.optim.AdamW([{"params": ps, "lr": rate} for rate, ps in groups.items()], lr=lr,
+                                           betas=(0.9, 0.95), weight_decay=weight_decay)
         self.scheduler = torch.optim.lr_scheduler.LambdaLR(self.optimizer, lambda s: lr_factor(s, warmup, steps))
 
     def step(self, loss: torch.Tensor) -> None:
@@ -181,6 +189,7 @@ class Optimiser:
 
     @property
     def lr(self) -> float:
+        """The current rate of the first parameters' group (the head's own, not a `prefix_lr` one)."""
         return self.scheduler.get_last_lr()[0]
 
     def state_dict(self) -> dict:

@@ -291,3 +291,25 @@ def test_a_head_trained_on_one_level_is_still_scored_on_deeper_ones(tiny_llama_d
                     "--eval-every", "2") == 0
     last = torch.load(tmp_path / "ckpt" / "checkpoint.pt", weights_only=False)["progress"]["history"][-1]
     assert {"heldout_agree1", "heldout_agree3"} <= last.keys() and "heldout_agree4" not in last
+
+
+def test_added_layers_can_train_at_their_own_learning_rate(tiny_llama_dir, corpus, tmp_path):
+    """`--layers-lr` gives the stock layers after the first their own peak rate; the schedule scales both."""
+    from ddd.training import Optimiser
+
+    assert _distill(tiny_llama_dir, corpus, tmp_path / "one", "--steps", "4", "--eval-every", "100") == 0
+    from ddd.eagle3 import deepen
+
+    head = deepen(load_head(tmp_path / "one" / "head", load_tiny(tiny_llama_dir)).float(), 2)
+    optimiser = Optimiser(head, 1e-4, steps=10, warmup=1, clip=0.5, prefix_lr={"layers.": 1e-2})
+    rates = {id(p): group["lr"] for group in optimiser.optimizer.param_groups for p in group["params"]}
+    for name, p in head.named_parameters():
+        assert rates[id(p)] == pytest.approx(1e-2 if name.startswith("layers.") else 1e-4), name
+    assert optimiser.lr == pytest.approx(1e-4)
+    added = head.layers[0].mlp.down_proj.weight
+    before = added.detach().clone()
+    optimiser.step((head.fc.weight.sum() + sum(p.sum() for p in head.layers.parameters())) ** 2)
+    assert (added.detach() - before).abs().max() > 50 * optimiser.lr  # moved at its own rate, not the head's
+    init = ("--init", str(tmp_path / "one" / "head"), "--eval-every", "100", "--head-layers", "2")
+    assert _distill(tiny_llama_dir, corpus, tmp_path / "deep", *init, "--steps", "2", "--layers-lr", "1e-2") == 0
+    assert _distill(tiny_llama_dir, corpus, tmp_path / "bad", *init, "--layers-lr", "-1") == 2

@@ -245,3 +245,15 @@ def test_data_can_skip_the_prompts_another_directory_answered(tiny_llama_dir, pr
     assert "nothing to do" in capsys.readouterr().out
     assert train.main(_data_args(tiny_llama_dir, prompts, tmp_path)) == 2
     assert "different settings (skip)" in capsys.readouterr().err
+
+
+def test_bf16_data_stores_token_ids_only_and_fit_refuses_it(tiny_llama_dir, prompts, tmp_path, capsys):
+    data_dir = tmp_path / "bf16"
+    assert train.main(_data_args(tiny_llama_dir, prompts, data_dir, "--limit", "4", "--bf16")) == 0
+    samples, meta = answers.load_samples(data_dir)
+    assert meta["bf16"] is True and len(samples) == 4
+    assert all(s["features"] is None and len(s["ids"]) > s["prompt_len"] for s in samples)
+    assert train.main(_data_args(tiny_llama_dir, prompts, data_dir, "--limit", "4")) == 2
+    assert "different settings (bf16)" in capsys.readouterr().err
+    assert train.main(["fit", "--data", str(data_dir), "--out", str(tmp_path / "head")]) == 2
+    assert "token ids only" in capsys.readouterr().err
