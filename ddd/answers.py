@@ -265,11 +265,11 @@ def _resume_plan(plan: dict, meta_path: Path) -> None:
     meta_path.write_text(json.dumps(plan, indent=2))
 
 
-def _write_shard(samples: list[dict], number: int, out: Path, wall_s: float) -> None:
+def _write_shard(samples: list[dict], number: int, out: Path) -> None:
     path = _shard_path(out, number)
     tmp = path.with_suffix(".tmp")
     samples = sorted(samples, key=lambda s: s["index"])
-    torch.save({"format": DATA_FORMAT, "samples": samples, "wall_s": wall_s}, tmp)
+    torch.save({"format": DATA_FORMAT, "samples": samples}, tmp)
     tmp.replace(path)
 
 
@@ -282,7 +282,7 @@ def _answer_shards(target, items: list[_Item], todo: list[int], args, out: Path,
     done: dict[int, list[dict]] = {n: [] for n in todo}
     queue = [item for n in todo for item in items[n * size:(n + 1) * size]]
     generator = torch.Generator(device=target.device).manual_seed(args.seed * 100003 + todo[0])
-    made, started = 0, time.time()
+    made = 0
     for sample in _answers(target, queue, args, generator):
         number = shard_of[sample["index"]]
         done[number].append(sample)
@@ -290,7 +290,7 @@ def _answer_shards(target, items: list[_Item], todo: list[int], args, out: Path,
         bar.update(1)
         bar.set_postfix(new_tokens=made, tok_s=f"{made / (time.time() - since):.0f}")
         if len(done[number]) == waiting[number]:
-            _write_shard(done.pop(number), number, out, time.time() - started)
+            _write_shard(done.pop(number), number, out)
     return made
 
 
