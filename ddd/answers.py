@@ -341,7 +341,7 @@ def load_samples(directory: str | Path) -> tuple[list[dict], dict]:
         raise TrainError(f"No shard files in {directory}; run `python -m ddd.train data` first.")
     samples = []
     for path in paths:
-        samples.extend(torch.load(path, map_location="cpu", weights_only=False)["samples"])
+        samples.extend(torch.load(path, map_location="cpu", weights_only=True)["samples"])
     return samples, meta
 
 
