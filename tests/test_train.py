@@ -257,3 +257,24 @@ def test_bf16_data_stores_token_ids_only_and_fit_refuses_it(tiny_llama_dir, prom
     assert "different settings (bf16)" in capsys.readouterr().err
     assert train.main(["fit", "--data", str(data_dir), "--out", str(tmp_path / "head")]) == 2
     assert "token ids only" in capsys.readouterr().err
+
+
+def test_a_row_whose_answer_ends_takes_the_next_prompt(llama):
+    """Two rows, five prompts of different lengths: each answer is the prompt's own greedy continuation,
+    whichever row it was decoded in and whatever that row held before."""
+    import types
+
+    lengths = (3, 11, 6, 17, 8)
+    items = [answers._Item(i, f"p{i}", [(7 * i + j) % 90 + 5 for j in range(n)], False, False)
+             for i, n in enumerate(lengths)]
+    args = types.SimpleNamespace(max_new_tokens=6, temperature=0.7, bf16=False, batch_size=2)
+    done = list(answers._answers(llama, items, args, torch.Generator().manual_seed(0)))
+    assert sorted(s["index"] for s in done) == list(range(5))
+    for sample in done:
+        prompt = torch.tensor([items[sample["index"]].ids])
+        with torch.no_grad():
+            again = llama.model.generate(prompt, attention_mask=torch.ones_like(prompt), max_new_tokens=6,
+                                         do_sample=False, pad_token_id=llama.tokenizer.pad_token_id)[0]
+        answer = sample["ids"][sample["prompt_len"]:].tolist()
+        assert again[prompt.shape[1]:][: len(answer)].tolist() == answer
+        assert sample["features"].shape[0] == len(sample["ids"]) - 1
