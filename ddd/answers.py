@@ -92,7 +92,7 @@ class _RowLayer(CacheLayerMixin):
         self.is_initialized = True
 
     def lazy_initialization(self, key_states: torch.Tensor, value_states: torch.Tensor) -> None:
-        pass
+        """Nothing to do: the buffers exist from the start."""
 
     def update(self, key_states: torch.Tensor, value_states: torch.Tensor, *args, **kwargs):
         rows = torch.arange(self.keys.shape[0], device=self.keys.device)
