@@ -123,24 +123,42 @@ def collate(texts: list[Text], pad_id: int) -> Batch:
 
 @dataclass
 class Teacher:
-    """What the target says about a batch: the head's input features and the labels."""
+    """What the target says about a batch: the head's input features and, at the positions a level may
+    score, the labels."""
 
     aux: torch.Tensor  # (B, T, 3H) features at the head's three layers
-    label_p: torch.Tensor  # (B, T, V_draft) the target's probabilities, renormalised over the draft vocabulary
-    label_plogp: torch.Tensor  # (B, T) sum of p log p: the KL divergence's constant part, once per position
-    label_best: torch.Tensor  # (B, T) the draft-vocabulary row the target ranks first
-    argmax: torch.Tensor | None  # (B, T) the target's most likely next token over its whole vocabulary (evaluation)
+    label_row: torch.Tensor  # (B, T) each position's row in the label tensors below, -1 where it has none
+    label_p: torch.Tensor  # (N, V_draft) the target's probabilities, renormalised over the draft vocabulary
+    label_plogp: torch.Tensor  # (N,) sum of p log p: the KL divergence's constant part, once per position
+    label_best: torch.Tensor  # (N,) the draft-vocabulary row the target ranks first
+    argmax: torch.Tensor | None  # (N,) the target's most likely next token over its whole vocabulary (evaluation)
+
+    def rows(self, batch_rows: torch.Tensor, positions: torch.Tensor) -> torch.Tensor:
+        rows = self.label_row[batch_rows, positions]
+        if bool((rows < 0).any()):
+            raise ValueError("A level scores a position the teacher gave no label.")
+        return rows
 
 
-def teach(target, head, batch: Batch, bf16: bool, argmax: bool = False, temperature: float = 1.0) -> Teacher:
+def teach(target, head, batch: Batch, bf16: bool, argmax: bool = False, temperature: float = 1.0,
+          answers_only: bool = False) -> Teacher:
     """One teacher-forced target forward; bf16 autocast makes it about three times faster on a CPU.
+    Labels are computed where a level may score: every position of a text, or with `answers_only` its answer
+    alone (the draft-vocabulary softmax over a whole text was most of the teacher's time there).
     A `temperature` below 1 sharpens the labels: the head then spends its capacity on the target's first
     choice, which is what greedy verification accepts, while still learning the order of the runners-up."""
     vocab = head.draft_to_target()
+    ids = batch.ids.to(target.device)
+    columns = torch.arange(ids.shape[1], device=ids.device)[None]
+    labelled = columns < batch.lengths.to(ids.device)[:, None]
+    if answers_only:
+        labelled &= columns >= batch.starts.to(ids.device)[:, None]
+    label_row = torch.full(ids.shape, -1, dtype=torch.long, device=ids.device)
+    label_row[labelled] = torch.arange(int(labelled.sum()), device=ids.device)
     with torch.no_grad(), torch.autocast(target.device.type, dtype=torch.bfloat16, enabled=bf16):
-        out = target.model.model(input_ids=batch.ids.to(target.device), output_hidden_states=head.hidden_state_ids)
+        out = target.model.model(input_ids=ids, output_hidden_states=head.hidden_state_ids)
         aux = head.target_features(out).float()
-        last = out.last_hidden_state
+        last = out.last_hidden_state[labelled]
         if argmax:  # evaluation: the whole vocabulary's logits, of which the draft's are a subset
             logits = last @ target.lm_weight.T
             best, draft_logits = logits.argmax(-1), logits[..., vocab].float()
@@ -148,7 +166,7 @@ def teach(target, head, batch: Batch, bf16: bool, argmax: bool = False, temperat
             best, draft_logits = None, (last @ target.lm_weight[vocab].T).float()
     logp = F.log_softmax(draft_logits / temperature, dim=-1)
     p = logp.exp()
-    return Teacher(aux, p, (p * logp).sum(-1), logp.argmax(-1), best)
+    return Teacher(aux, label_row, p, (p * logp).sum(-1), logp.argmax(-1), best)
 
 
 def level_mask(columns: torch.Tensor, n: int, level: int) -> torch.Tensor:
@@ -224,14 +242,14 @@ def unrolled_loss(head, embed, batch: Batch, teacher: Teacher, levels: int, deca
             logits = head.logits(out[valid])
         logq = F.log_softmax(logits.float(), dim=-1)
         rows, at = valid.nonzero(as_tuple=True)
-        at = inside[rows, at] + 1 + level
+        label = teacher.rows(rows, inside[rows, at] + 1 + level)
         # KL rather than cross-entropy: the same gradient, and 0 means the head matches the target exactly.
-        divergence = teacher.label_plogp[rows, at] - (teacher.label_p[rows, at] * logq).sum(-1)
+        divergence = teacher.label_plogp[label] - (teacher.label_p[label] * logq).sum(-1)
         loss = divergence.mean()
         total = total + decay**level * loss
         weights += decay**level
         guess = vocab[logq.argmax(-1)]
-        agree = guess == (vocab[teacher.label_best[rows, at]] if teacher.argmax is None else teacher.argmax[rows, at])
+        agree = guess == (vocab[teacher.label_best[label]] if teacher.argmax is None else teacher.argmax[label])
         stats.loss.append(float(loss.detach()))
         stats.agree.append(float(agree.float().mean()))
         stats.count.append(rows.numel())
@@ -430,7 +448,8 @@ def cmd_distill(args) -> int:
     while progress.step < stop_at and time.time() < deadline:
         started = time.time()
         batch = collate(next(batches), pad)
-        teacher = teach(target, head, batch, args.bf16, temperature=args.label_temperature)
+        teacher = teach(target, head, batch, args.bf16, temperature=args.label_temperature,
+                        answers_only=args.answers_only)
         loss, stats = unrolled_loss(head, embed, batch, teacher, args.levels, args.decay, stage.prefix, args.bf16,
                                     args.score_share, args.answers_only)
         if loss is None:

@@ -218,7 +218,8 @@ def test_each_level_scores_the_kl_divergence_from_the_targets_distribution_at_it
     _, stats = distill.unrolled_loss(head, llama.model.get_input_embeddings(), batch, teacher, levels=2, decay=1.0,
                                      prefix=0, bf16=False)
     for level, logits in enumerate(captured):
-        labels = torch.cat([logp[row, 1 + level : length] for row, length in enumerate(batch.lengths.tolist())])
+        labels = torch.cat([logp[teacher.label_row[row, 1 + level : length]]
+                            for row, length in enumerate(batch.lengths.tolist())])
         logq = torch.log_softmax(logits, dim=-1)
         assert stats.count[level] == labels.shape[0] == 6 + 3 - 2 * level
         expected = (labels.exp() * (labels - logq)).sum(-1).mean()
@@ -313,3 +314,24 @@ def test_added_layers_can_train_at_their_own_learning_rate(tiny_llama_dir, corpu
     init = ("--init", str(tmp_path / "one" / "head"), "--eval-every", "100", "--head-layers", "2")
     assert _distill(tiny_llama_dir, corpus, tmp_path / "deep", *init, "--steps", "2", "--layers-lr", "1e-2") == 0
     assert _distill(tiny_llama_dir, corpus, tmp_path / "bad", *init, "--layers-lr", "-1") == 2
+
+
+def test_a_teacher_for_answers_alone_labels_them_only_and_scores_them_as_the_whole_texts_teacher(llama):
+    from ddd.eagle3 import new_eagle3_head
+
+    head = new_eagle3_head(llama, layers=(0, 1, 2), seed=3).float()
+    ids = torch.tensor([[5, 9, 17, 23, 31, 40, 8, 12, 14, 3], [7, 11, 13, 19, 21, 25, 27, 0, 0, 0]])
+    batch = distill.Batch(ids, torch.tensor([10, 7]), torch.tensor([7, 3]))
+    whole = distill.teach(llama, head, batch, bf16=False)
+    answer = distill.teach(llama, head, batch, bf16=False, answers_only=True)
+    assert whole.label_p.shape[0] == 17 and answer.label_p.shape[0] == 3 + 4  # padding is never labelled
+    embed = llama.model.get_input_embeddings()
+
+    def loss(teacher, answers_only):
+        return distill.unrolled_loss(head, embed, batch, teacher, levels=3, decay=0.8, prefix=0, bf16=False,
+                                     answers_only=answers_only)
+
+    (a, a_stats), (w, w_stats) = loss(answer, True), loss(whole, True)
+    assert abs(float(a) - float(w)) < 1e-6 and a_stats.agree == w_stats.agree
+    with pytest.raises(ValueError, match="no label"):
+        loss(answer, False)  # the whole-text pass scores prompt positions, which this teacher left out
