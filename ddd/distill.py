@@ -144,7 +144,7 @@ def teach(target, head, batch: Batch, bf16: bool, argmax: bool = False, temperat
           answers_only: bool = False) -> Teacher:
     """One teacher-forced target forward; bf16 autocast makes it about three times faster on a CPU.
     Labels are computed where a level may score: every position of a text, or with `answers_only` its answer
-    alone (the draft-vocabulary softmax over a whole text was most of the teacher's time there).
+    alone (on the target's own answers that saved a quarter of the teacher's time: docs/training.md).
     A `temperature` below 1 sharpens the labels: the head then spends its capacity on the target's first
     choice, which is what greedy verification accepts, while still learning the order of the runners-up."""
     vocab = head.draft_to_target()
