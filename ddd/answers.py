@@ -89,15 +89,15 @@ class _RowLayer(CacheLayerMixin):
         self.keys = torch.zeros((rows, heads, width, dim), dtype=dtype, device=device)
         self.values = torch.zeros_like(self.keys)
         self.lengths = lengths  # (rows,) shared by every layer: where each row's next entry goes
+        self.rows = torch.arange(rows, device=device)
         self.is_initialized = True
 
     def lazy_initialization(self, key_states: torch.Tensor, value_states: torch.Tensor) -> None:
         """Nothing to do: the buffers exist from the start."""
 
     def update(self, key_states: torch.Tensor, value_states: torch.Tensor, *args, **kwargs):
-        rows = torch.arange(self.keys.shape[0], device=self.keys.device)
-        self.keys[rows, :, self.lengths] = key_states[:, :, 0]
-        self.values[rows, :, self.lengths] = value_states[:, :, 0]
+        self.keys[self.rows, :, self.lengths] = key_states[:, :, 0]
+        self.values[self.rows, :, self.lengths] = value_states[:, :, 0]
         return self.keys, self.values
 
     def get_mask_sizes(self, query_length: int) -> tuple[int, int]:
@@ -165,8 +165,9 @@ class _Rows:
         self.last[advance] = hidden[advance]
         self.lengths += advance.long()
         if self.keep:
+            stored = hidden.to(torch.float16).cpu()  # one copy a step, shared by the rows' lists
             for row in advance.nonzero()[:, 0].tolist():
-                self.slots[row].features.append(hidden[row: row + 1].to(torch.float16).cpu())
+                self.slots[row].features.append(stored[row: row + 1])
 
     def shrink(self) -> None:
         """Drop the idle rows, so that the last answers decode in a smaller batch."""
@@ -174,6 +175,7 @@ class _Rows:
         self.lengths = self.lengths[keep]
         for layer in self.layers:
             layer.keys, layer.values, layer.lengths = layer.keys[keep], layer.values[keep], self.lengths
+            layer.rows = torch.arange(len(self.lengths), device=self.device)
         self.last, self.sampled = self.last[keep], self.sampled[keep]
         self.slots = [slot for slot in self.slots if slot is not None]
 

@@ -296,11 +296,10 @@ def test_a_head_trained_on_one_level_is_still_scored_on_deeper_ones(tiny_llama_d
 
 def test_added_layers_can_train_at_their_own_learning_rate(tiny_llama_dir, corpus, tmp_path):
     """`--layers-lr` gives the stock layers after the first their own peak rate; the schedule scales both."""
+    from ddd.eagle3 import deepen
     from ddd.training import Optimiser
 
     assert _distill(tiny_llama_dir, corpus, tmp_path / "one", "--steps", "4", "--eval-every", "100") == 0
-    from ddd.eagle3 import deepen
-
     head = deepen(load_head(tmp_path / "one" / "head", load_tiny(tiny_llama_dir)).float(), 2)
     optimiser = Optimiser(head, 1e-4, steps=10, warmup=1, clip=0.5, prefix_lr={"layers.": 1e-2})
     rates = {id(p): group["lr"] for group in optimiser.optimizer.param_groups for p in group["params"]}
