@@ -319,8 +319,8 @@ def _check(args) -> None:
     for name in ("steps", "batch_tokens", "levels", "max_len", "eval_every", "draft_vocab"):
         if getattr(args, name) < 1:
             raise TrainError(f"--{name.replace('_', '-')} must be at least 1.")
-    if args.run_steps < 0 or args.eval_levels < 0 or args.head_layers < 0:
-        raise TrainError("--run-steps, --eval-levels and --head-layers must be 0 (no limit / as trained / as "
+    if args.run_steps < 0 or args.eval_levels < 0 or args.head_layers < 0 or args.head_mlp < 0:
+        raise TrainError("--run-steps, --eval-levels, --head-layers and --head-mlp must be 0 (no limit / as trained / as "
                          "the --init head, else 1) or positive.")
     if args.lr <= 0 or args.minutes <= 0 or not 0 < args.decay <= 1 or not 0 < args.score_share <= 1:
         raise TrainError("--lr and --minutes must be positive, --decay and --score-share in (0, 1].")
@@ -346,9 +346,9 @@ class Stage:
 
 
 def _head(args, target, train: list[Text], state: dict | None):
-    """The head to train: the checkpoint's, the --init head (deepened to --head-layers, reading the added
-    --feature-layers too), or a new one over the training texts' vocabulary."""
-    from .eagle3 import deepen, new_eagle3_head, with_features
+    """The head to train: the checkpoint's, the --init head (deepened to --head-layers, widened to
+    --head-mlp, reading the added --feature-layers too), or a new one over the training texts' vocabulary."""
+    from .eagle3 import deepen, new_eagle3_head, widen, with_features
     from .head import load_head
 
     if state is None and args.init:
@@ -358,19 +358,22 @@ def _head(args, target, train: list[Text], state: dict | None):
         try:
             if args.head_layers:
                 head = deepen(head, args.head_layers, seed=args.seed)
+            if args.head_mlp:
+                head = widen(head, args.head_mlp, seed=args.seed)
             if args.feature_layers:
                 head = with_features(head, _feature_layers(args))
         except ValueError as err:
-            raise TrainError(f"--head-layers / --feature-layers: {err}") from None
+            raise TrainError(f"--head-layers / --head-mlp / --feature-layers: {err}") from None
         return head.float().requires_grad_(True)
     if state is not None:
         vocab, layers, depth = state["draft_vocab"], state["layers"], state.get("head_layers", 1)
+        mlp = state.get("head_mlp")
     else:
         vocab = draft_vocabulary(train, target.vocab_size, min(args.draft_vocab, target.vocab_size), target.eos_ids())
         layers = _feature_layers(args) if args.feature_layers else None
-        depth = args.head_layers or 1
+        depth, mlp = args.head_layers or 1, args.head_mlp or None
     try:
-        return new_eagle3_head(target, draft_vocab=vocab, seed=args.seed, layers=layers, depth=depth).float()
+        return new_eagle3_head(target, draft_vocab=vocab, seed=args.seed, layers=layers, depth=depth, mlp=mlp).float()
     except ValueError as err:
         raise TrainError(f"--feature-layers / --head-layers: {err}") from None
 
@@ -406,7 +409,7 @@ def _stage(args, state: dict | None) -> Stage:
                "label_temperature": args.label_temperature, "lr": args.lr,
                "layers_lr": args.layers_lr or args.lr,
                "batch_tokens": args.batch_tokens, "max_len": args.max_len, "bf16": args.bf16, "init": args.init,
-               "head_layers": head.config.num_hidden_layers}
+               "head_layers": head.config.num_hidden_layers, "head_mlp": head.config.intermediate_size}
     return Stage(target, head, train, held_batches, prefix, summary)
 
 
@@ -433,7 +436,8 @@ def cmd_distill(args) -> int:
 
     def save(final: bool) -> None:
         write_checkpoint(args.ckpt_dir, head, optimiser, progress, draft_vocab=head.draft_to_target(),
-                         layers=head.aux_layers, head_layers=head.config.num_hidden_layers)
+                         layers=head.aux_layers, head_layers=head.config.num_hidden_layers,
+                         head_mlp=head.config.intermediate_size)
         save_head(head, args.out, extra={"training": stage.summary | {
             "steps": progress.step, "train_s": round(progress.elapsed), "final": final, "last": progress.history[-1:]}})
 
@@ -517,6 +521,9 @@ def add_parser(sub) -> None:
     p.add_argument("--head-layers", type=int, default=0,
                    help="decoder layers of the head (0: as the --init head, else 1); an --init head grows to this "
                         "many, drafting as before until training moves the new ones")
+    p.add_argument("--head-mlp", type=int, default=0,
+                   help="MLP channels of the head's decoder layers (0: as the --init head, else the target's); an "
+                        "--init head grows to this many, drafting as before until training moves the new ones")
     p.add_argument("--bf16", action=argparse.BooleanOptionalAction, default=True,
                    help="run the target and the head's products in bfloat16 autocast (weights stay float32)")
     p.add_argument("--eval-texts", type=int, default=96, help="held-out texts scored at each evaluation")

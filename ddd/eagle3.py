@@ -193,10 +193,7 @@ def deepen(head: Eagle3Head, depth: int, seed: int = 0) -> Eagle3Head:
     have = head.config.num_hidden_layers
     if not have <= depth <= MAX_LAYERS:
         raise ValueError(f"The head has {have} decoder layers: it can grow to {have} to {MAX_LAYERS}, not {depth}.")
-    config = copy.deepcopy(head.config)
-    config.num_hidden_layers = depth
-    torch.manual_seed(seed)
-    grown = Eagle3Head(config, head.aux_layers, head.d2t.clone()).to(device=head.d2t.device, dtype=head.fc.weight.dtype)
+    grown = _rebuilt(head, seed, num_hidden_layers=depth)
     state = grown.state_dict()
     state.update(head.state_dict())
     for i in range(have - 1, depth - 1):
@@ -204,6 +201,37 @@ def deepen(head: Eagle3Head, depth: int, seed: int = 0) -> Eagle3Head:
         state[f"layers.{i}.mlp.down_proj.weight"].zero_()
     grown.load_state_dict(state)
     return grown
+
+
+def widen(head: Eagle3Head, mlp: int, seed: int = 0) -> Eagle3Head:
+    """`head` with every decoder layer's MLP grown to `mlp` channels, drafting exactly as before: the added
+    channels' gate and up rows start random and their down_proj columns at zero, so they add nothing until
+    training moves them, and the zero columns move at once (their gradient is the new channels' output)."""
+    have = head.config.intermediate_size
+    if mlp < have:
+        raise ValueError(f"The head's MLP has {have} channels: it can grow, not shrink to {mlp}.")
+    wide = _rebuilt(head, seed, intermediate_size=mlp)
+    state = wide.state_dict()
+    for name, value in head.state_dict().items():
+        if name.endswith(("mlp.gate_proj.weight", "mlp.up_proj.weight")):
+            state[name][:have] = value
+        elif name.endswith("mlp.down_proj.weight"):
+            state[name].zero_()
+            state[name][:, :have] = value
+        else:
+            state[name] = value
+    wide.load_state_dict(state)
+    return wide
+
+
+def _rebuilt(head: Eagle3Head, seed: int, layers: tuple[int, ...] | None = None, **config: Any) -> Eagle3Head:
+    """A new random head shaped like `head` but for the `config` fields given, on its device and dtype."""
+    grown = copy.deepcopy(head.config)
+    for name, value in config.items():
+        setattr(grown, name, value)
+    torch.manual_seed(seed)
+    new = Eagle3Head(grown, head.aux_layers if layers is None else layers, head.d2t.clone())
+    return new.to(device=head.d2t.device, dtype=head.fc.weight.dtype)
 
 
 def _check_first_layer(layers: tuple[int, ...]) -> None:
@@ -221,8 +249,7 @@ def with_features(head: Eagle3Head, layers: tuple[int, ...]) -> Eagle3Head:
         raise ValueError(f"The head reads hidden states {list(head.aux_layers)}: the new list must keep each of "
                          f"them and name every layer once, not {list(layers)}.")
     _check_first_layer(layers)
-    wide = Eagle3Head(copy.deepcopy(head.config), layers, head.d2t.clone()).to(device=head.d2t.device,
-                                                                              dtype=head.fc.weight.dtype)
+    wide = _rebuilt(head, 0, layers)
     state = head.state_dict()
     size = head.config.hidden_size
     fc = torch.zeros_like(wide.fc.weight)
@@ -235,10 +262,10 @@ def with_features(head: Eagle3Head, layers: tuple[int, ...]) -> Eagle3Head:
 
 
 def new_eagle3_head(target: Target, draft_vocab: torch.Tensor | None = None, seed: int = 0,
-                    layers: tuple[int, ...] | None = None, depth: int = 1) -> Eagle3Head:
+                    layers: tuple[int, ...] | None = None, depth: int = 1, mlp: int | None = None) -> Eagle3Head:
     """A randomly initialised EAGLE-3 head for `target`. draft_vocab: the target ids to keep (default: all);
     layers: the `output_hidden_states` indices of its features (default: the official choice); depth:
-    its decoder layers."""
+    its decoder layers; mlp: their MLP channels (default: the target's)."""
     num_layers = target.model.config.num_hidden_layers
     layers = default_aux_layers(num_layers) if layers is None else tuple(layers)
     if not all(0 <= i <= num_layers for i in layers):
@@ -247,5 +274,8 @@ def new_eagle3_head(target: Target, draft_vocab: torch.Tensor | None = None, see
     _check_first_layer(layers)
     d2t = torch.zeros(target.vocab_size, dtype=torch.long) if draft_vocab is None else d2t_of(draft_vocab)
     torch.manual_seed(seed)
-    head = Eagle3Head(LlamaConfig(**target_config_fields(target) | {"num_hidden_layers": depth}), layers, d2t)
+    fields = target_config_fields(target) | {"num_hidden_layers": depth}
+    if mlp is not None:
+        fields["intermediate_size"] = mlp
+    head = Eagle3Head(LlamaConfig(**fields), layers, d2t)
     return head.to(device=target.device, dtype=target.model.dtype)

@@ -5,7 +5,10 @@ from __future__ import annotations
 
 import importlib.util
 import os
+import shutil
+import tempfile
 from dataclasses import dataclass
+from typing import Callable
 from pathlib import Path
 
 import torch
@@ -116,10 +119,28 @@ def _convert_default() -> Path:
     model = AutoModelForCausalLM.from_config(config, dtype=torch.float32)
     model.load_state_dict(loaded.state_dict())
     model.generation_config = loaded.generation_config
-    tmp = out.with_name(out.name + ".partial")
-    model.save_pretrained(tmp)
-    tokenizer.save_pretrained(tmp)
-    tmp.replace(out)
+    def write(tmp: Path) -> None:
+        model.save_pretrained(tmp)
+        tokenizer.save_pretrained(tmp)
+
+    return write_in_place(out, write)
+
+
+def write_in_place(out: Path, write: Callable[[Path], None]) -> Path:
+    """Make the directory `out` with `write`, all at once: each process writes its own copy and renames it
+    into place, so two starting together (a training job beside the app) never write into one directory,
+    and the one that finishes second keeps the first one's copy."""
+    out.parent.mkdir(parents=True, exist_ok=True)
+    tmp = Path(tempfile.mkdtemp(prefix=out.name + ".partial-", dir=out.parent))
+    try:
+        write(tmp)
+        try:
+            tmp.replace(out)
+        except OSError:  # only a finished copy is ever renamed there, so one that is there is whole
+            if not (out.is_dir() and any(out.iterdir())):
+                raise
+    finally:
+        shutil.rmtree(tmp, ignore_errors=True)
     return out
 
 

@@ -202,6 +202,23 @@ def upload(browser, path: Path) -> None:
     browser.send("DOM.setFileInputFiles", {"files": [str(path)], "nodeId": node})
 
 
+def type_into(browser, field: str, value: str, what: str, timeout: float = 60) -> None:
+    """Types into a field until the value holds for a second.
+
+    The accordion that holds the settings mounts its fields when it opens; on a loaded machine a value typed
+    just before that is lost with the element it went into, so the value is typed again until it stays.
+    """
+    typed = json.dumps(value)
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        browser.js(f"""(() => {{ const t = {field}; if (!t) return;
+            t.value = {typed}; t.dispatchEvent(new Event('input', {{bubbles: true}})); }})()""")
+        time.sleep(1)
+        if browser.js(f"({field})?.value === {typed}"):
+            return
+    raise AssertionError(f"timed out after {timeout} s typing {what}")
+
+
 def test_script_payloads_stay_text_in_the_browser(app_server, tmp_path):
     browser = Browser(tmp_path / "profile")
     try:
@@ -230,12 +247,8 @@ def test_script_payloads_stay_text_in_the_browser(app_server, tmp_path):
         field = ("[...document.querySelectorAll('label')].find(l => l.innerText.includes('DDD check after calls'))"
                  "?.closest('.block')?.querySelector('textarea, input')")
         browser.wait_for(f"!!({field})", 20, "the check-after-calls field")
-        browser.js(f"""(() => {{ const t = {field}; t.value = {json.dumps(PAYLOADS[0])};
-            t.dispatchEvent(new Event('input', {{bubbles: true}})); }})()""")
-        browser.js("""(() => { const t = document.querySelector('#prompt textarea'); t.value = 'the cat sat';
-            t.dispatchEvent(new Event('input', {bubbles: true})); })()""")
-        browser.wait_for(f"({field})?.value === {json.dumps(PAYLOADS[0])}", 20, "the typed setting")
-        time.sleep(0.5)
+        type_into(browser, field, PAYLOADS[0], "the typed setting")
+        type_into(browser, "document.querySelector('#prompt textarea')", "the cat sat", "the prompt")
         browser.js("document.querySelector('#run').click()")
         # Generous: on a loaded 2-core machine the refusal once took longer than a minute to show.
         try:

@@ -104,3 +104,20 @@ def test_the_shipped_head_drafts_deeper_than_the_head_it_replaced(default):
     list(plain), list(new), list(old)
     assert new.token_ids == old.token_ids == plain.token_ids
     assert new.trace.summary["tau"] > old.trace.summary["tau"] + 0.2, (new.trace.summary["tau"], old.trace.summary["tau"])
+
+
+def test_the_converted_copy_is_written_whole_even_when_two_processes_make_it_at_once(tmp_path):
+    from ddd.models import write_in_place
+
+    out = tmp_path / "model"
+
+    def first(tmp):  # another process finishes its copy while this one is still writing
+        (tmp / "config.json").write_text("mine")
+        write_in_place(out, lambda other: (other / "config.json").write_text("theirs"))
+
+    assert write_in_place(out, first) == out
+    assert (out / "config.json").read_text() == "theirs"  # the copy already in place is kept whole
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["model"]  # no partial copy left behind
+    with pytest.raises(OSError):
+        write_in_place(tmp_path / "other", lambda tmp: (tmp / "missing" / "config.json").write_text("x"))
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["model"]

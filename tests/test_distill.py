@@ -144,6 +144,17 @@ def test_a_head_deepened_at_the_start_of_a_stage_starts_where_its_init_stood(tin
     assert load_head(tmp_path / "deep" / "head", load_tiny(tiny_llama_dir)).config.num_hidden_layers == 2
 
 
+def test_a_wider_head_trains_from_the_start_and_resumes_at_its_width(tiny_llama_dir, corpus, tmp_path):
+    target = load_tiny(tiny_llama_dir)
+    wide = 2 * target.model.config.intermediate_size
+    args = ("--steps", "3", "--eval-every", "100", "--head-mlp", str(wide))
+    assert _distill(tiny_llama_dir, corpus, tmp_path / "wide", *args, "--run-steps", "2") == 0
+    assert _distill(tiny_llama_dir, corpus, tmp_path / "wide", *args, "--resume") == 0
+    state = torch.load(tmp_path / "wide" / "ckpt" / "checkpoint.pt", weights_only=False)
+    assert state["head_mlp"] == wide and state["progress"]["step"] == 3
+    assert load_head(tmp_path / "wide" / "head", target).config.intermediate_size == wide
+
+
 def test_a_head_given_more_features_at_the_start_of_a_stage_starts_where_its_init_stood(tiny_llama_dir, corpus,
                                                                                        tmp_path):
     """The tiny target has hidden states 0 to 2: a head reading 0 and 2 is given 1, between them."""

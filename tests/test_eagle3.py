@@ -11,7 +11,7 @@ from transformers.models.llama.modeling_llama import apply_rotary_pos_emb
 
 from ddd import Eagle3Head, HeadLoadError, RunTrace, generate, load_head, new_eagle3_head, new_head, save_head
 from ddd.drafting import HeadRunner
-from ddd.eagle3 import MAX_LAYERS, aux_layers_of, deepen, default_aux_layers
+from ddd.eagle3 import MAX_LAYERS, aux_layers_of, deepen, default_aux_layers, widen
 from tests.tiny import PROMPTS, TREE_SETTINGS, UNSEEN
 
 LAYERS = (0, 1, 2)  # the tiny models have two layers: too few for the official choice
@@ -216,6 +216,18 @@ def test_a_head_grows_but_never_shrinks_or_passes_the_limit(llama_eagle3_head):
         deepen(deepen(llama_eagle3_head, 3), 2)
     with pytest.raises(ValueError, match=f"to {MAX_LAYERS}, not {MAX_LAYERS + 1}"):
         deepen(llama_eagle3_head, MAX_LAYERS + 1)
+
+
+def test_a_widened_head_drafts_as_before_and_loads_at_its_new_width(tmp_path, llama, llama_eagle3_head):
+    have = llama_eagle3_head.config.intermediate_size
+    wider = widen(llama_eagle3_head, 3 * have)
+    assert wider.midlayer.mlp.gate_proj.weight.shape[0] == 3 * have
+    assert torch.equal(outputs(wider), outputs(llama_eagle3_head))  # the new channels add exactly zero
+    assert wider.midlayer.mlp.gate_proj.weight[have:].abs().sum() > 0  # ... but can learn at once
+    loaded = load_head(save_head(wider, tmp_path), llama)
+    assert loaded.config.intermediate_size == 3 * have and torch.equal(outputs(loaded), outputs(wider))
+    with pytest.raises(ValueError, match="can grow, not shrink"):
+        widen(wider, have)
 
 
 def test_reduced_draft_vocabulary_maps_to_target_ids(tmp_path, llama):
