@@ -375,7 +375,7 @@ def _head(args, target, train: list[Text], state: dict | None):
     try:
         return new_eagle3_head(target, draft_vocab=vocab, seed=args.seed, layers=layers, depth=depth, mlp=mlp).float()
     except ValueError as err:
-        raise TrainError(f"--feature-layers / --head-layers: {err}") from None
+        raise TrainError(f"--feature-layers / --head-layers / --head-mlp: {err}") from None
 
 
 def _feature_layers(args) -> tuple[int, ...]:
