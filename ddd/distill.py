@@ -328,6 +328,8 @@ def _check(args) -> None:
         raise TrainError("--layers-lr must be positive (or 0: the same as --lr).")
     if not 0.05 <= args.label_temperature <= 1:
         raise TrainError("--label-temperature must be in [0.05, 1].")
+    if args.from_target and args.init:
+        raise TrainError("--from-target seeds a new head; an --init head is trained as it is.")
     for directory in args.answers:
         if not (Path(directory) / "meta.json").is_file():
             raise TrainError(f"--answers {directory} is not a directory written by `python -m ddd.train data`.")
@@ -347,8 +349,9 @@ class Stage:
 
 def _head(args, target, train: list[Text], state: dict | None):
     """The head to train: the checkpoint's, the --init head (deepened to --head-layers, widened to
-    --head-mlp, reading the added --feature-layers too), or a new one over the training texts' vocabulary."""
-    from .eagle3 import deepen, new_eagle3_head, widen, with_features
+    --head-mlp, reading the added --feature-layers too), or a new one over the training texts' vocabulary
+    (seeded from the target's top layers with --from-target)."""
+    from .eagle3 import deepen, new_eagle3_head, seeded_from_target, widen, with_features
     from .head import load_head
 
     if state is None and args.init:
@@ -373,9 +376,11 @@ def _head(args, target, train: list[Text], state: dict | None):
         layers = _feature_layers(args) if args.feature_layers else None
         depth, mlp = args.head_layers or 1, args.head_mlp or None
     try:
-        return new_eagle3_head(target, draft_vocab=vocab, seed=args.seed, layers=layers, depth=depth, mlp=mlp).float()
+        head = new_eagle3_head(target, draft_vocab=vocab, seed=args.seed, layers=layers, depth=depth, mlp=mlp).float()
+        # A resumed run takes every weight from its checkpoint: seeding is for the first run alone.
+        return seeded_from_target(head, target) if args.from_target and state is None else head
     except ValueError as err:
-        raise TrainError(f"--feature-layers / --head-layers / --head-mlp: {err}") from None
+        raise TrainError(f"--feature-layers / --head-layers / --head-mlp / --from-target: {err}") from None
 
 
 def _feature_layers(args) -> tuple[int, ...]:
@@ -409,7 +414,8 @@ def _stage(args, state: dict | None) -> Stage:
                "label_temperature": args.label_temperature, "lr": args.lr,
                "layers_lr": args.layers_lr or args.lr,
                "batch_tokens": args.batch_tokens, "max_len": args.max_len, "bf16": args.bf16, "init": args.init,
-               "head_layers": head.config.num_hidden_layers, "head_mlp": head.config.intermediate_size}
+               "head_layers": head.config.num_hidden_layers, "head_mlp": head.config.intermediate_size,
+               "from_target": args.from_target}
     return Stage(target, head, train, held_batches, prefix, summary)
 
 
@@ -524,6 +530,9 @@ def add_parser(sub) -> None:
     p.add_argument("--head-mlp", type=int, default=0,
                    help="MLP channels of the head's decoder layers (0: as the --init head, else the target's); an "
                         "--init head grows to this many, drafting as before until training moves the new ones")
+    p.add_argument("--from-target", action="store_true",
+                   help="a new head's stacked layers, norm and LM head start as copies of the target's top layers, "
+                        "final norm and LM head (needs --head-layers 2 or more)")
     p.add_argument("--bf16", action=argparse.BooleanOptionalAction, default=True,
                    help="run the target and the head's products in bfloat16 autocast (weights stay float32)")
     p.add_argument("--eval-texts", type=int, default=96, help="held-out texts scored at each evaluation")

@@ -261,6 +261,40 @@ def with_features(head: Eagle3Head, layers: tuple[int, ...]) -> Eagle3Head:
     return wide
 
 
+def seeded_from_target(head: Eagle3Head, target: Target) -> Eagle3Head:
+    """`head` (N decoder layers) turned into the target's own top: its stacked layers become copies of the
+    target's last N-1 layers, its norm and LM head the target's final norm and LM head (the draft vocabulary's
+    rows), `fc` passes through the hidden state those layers read (the input of layer L-N+1, which must be one
+    of the head's features), and the first layer's output projections start at zero. So at the start the
+    head computes the target's own next-token distribution at the context position it reads, one token
+    behind its label; training has to teach the first layer the step forward, with the target's top layers
+    already there to finish it (docs/training.md, "Seeded from the target")."""
+    model = target.model.model
+    num_layers, depth = model.config.num_hidden_layers, head.config.num_hidden_layers
+    first = num_layers - depth + 1
+    if depth < 2:
+        raise ValueError("A head seeded from the target needs at least two decoder layers: the first one and "
+                         "copies of the target's top layers after it.")
+    if first not in head.aux_layers:
+        raise ValueError(f"A head of {depth} layers stacks copies of the target's last {depth - 1} layers, which "
+                         f"read hidden state {first}: its features {list(head.aux_layers)} must include it.")
+    if head.config.intermediate_size != target.model.config.intermediate_size:
+        raise ValueError("A head seeded from the target keeps the target's MLP width: leave --head-mlp unset.")
+    seeded = copy.deepcopy(head)
+    with torch.no_grad():
+        for i, layer in enumerate(seeded.layers):
+            layer.load_state_dict(model.layers[first + i].state_dict())
+        seeded.norm.weight.copy_(model.norm.weight)
+        seeded.lm_head.weight.copy_(target.lm_weight[seeded.draft_to_target()])
+        size = head.config.hidden_size
+        at = head.aux_layers.index(first)
+        seeded.fc.weight.zero_()
+        seeded.fc.weight[:, at * size : (at + 1) * size] = torch.eye(size)
+        seeded.midlayer.self_attn.o_proj.weight.zero_()
+        seeded.midlayer.mlp.down_proj.weight.zero_()
+    return seeded
+
+
 def new_eagle3_head(target: Target, draft_vocab: torch.Tensor | None = None, seed: int = 0,
                     layers: tuple[int, ...] | None = None, depth: int = 1, mlp: int | None = None) -> Eagle3Head:
     """A randomly initialised EAGLE-3 head for `target`. draft_vocab: the target ids to keep (default: all);

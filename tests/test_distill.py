@@ -155,6 +155,19 @@ def test_a_wider_head_trains_from_the_start_and_resumes_at_its_width(tiny_llama_
     assert load_head(tmp_path / "wide" / "head", target).config.intermediate_size == wide
 
 
+def test_a_head_seeded_from_the_target_trains_and_resumes_with_its_trained_weights(tiny_llama_dir, corpus, tmp_path):
+    args = ("--steps", "12", "--eval-every", "4", "--head-layers", "2", "--from-target")
+    assert _distill(tiny_llama_dir, corpus, tmp_path, *args, "--run-steps", "4") == 0
+    assert _distill(tiny_llama_dir, corpus, tmp_path, *args, "--resume") == 0
+    state = torch.load(tmp_path / "ckpt" / "checkpoint.pt", weights_only=False)
+    first, last = state["progress"]["history"][0], state["progress"]["history"][-1]
+    assert (first["step"], last["step"]) == (4, 12)
+    assert last["heldout_loss1"] < first["heldout_loss1"], (first, last)
+    target = load_tiny(tiny_llama_dir)
+    stacked = load_head(tmp_path / "head", target).layers[0].mlp.down_proj.weight
+    assert not torch.allclose(stacked, target.model.model.layers[1].mlp.down_proj.weight)  # the copied layers train too
+
+
 def test_a_head_given_more_features_at_the_start_of_a_stage_starts_where_its_init_stood(tiny_llama_dir, corpus,
                                                                                        tmp_path):
     """The tiny target has hidden states 0 to 2: a head reading 0 and 2 is given 1, between them."""
@@ -289,6 +302,10 @@ def test_bad_settings_are_refused_with_a_message(tiny_llama_dir, corpus, tmp_pat
     assert "not a directory written by `python -m ddd.train data`" in capsys.readouterr().err
     assert _distill(tiny_llama_dir, corpus, tmp_path, "--label-temperature", "0") == 2
     assert "--label-temperature must be in [0.05, 1]" in capsys.readouterr().err
+    assert _distill(tiny_llama_dir, corpus, tmp_path, "--from-target") == 2
+    assert "at least two decoder layers" in capsys.readouterr().err
+    assert _distill(tiny_llama_dir, corpus, tmp_path, "--from-target", "--init", str(tmp_path)) == 2
+    assert "--from-target seeds a new head" in capsys.readouterr().err
 
 
 def test_stage_two_on_answer_tokens_alone_lowers_the_held_out_loss(tiny_llama_dir, own_answers, tmp_path):

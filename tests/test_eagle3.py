@@ -11,7 +11,7 @@ from transformers.models.llama.modeling_llama import apply_rotary_pos_emb
 
 from ddd import Eagle3Head, HeadLoadError, RunTrace, generate, load_head, new_eagle3_head, new_head, save_head
 from ddd.drafting import HeadRunner
-from ddd.eagle3 import MAX_LAYERS, aux_layers_of, deepen, default_aux_layers, widen
+from ddd.eagle3 import MAX_LAYERS, aux_layers_of, deepen, default_aux_layers, seeded_from_target, widen
 from tests.tiny import PROMPTS, TREE_SETTINGS, UNSEEN
 
 LAYERS = (0, 1, 2)  # the tiny models have two layers: too few for the official choice
@@ -195,6 +195,26 @@ def test_a_deepened_head_drafts_as_before_and_saves_its_stacked_layers(tmp_path,
     assert json.loads((tmp_path / "config.json").read_text())["num_hidden_layers"] == 3
     loaded = load_head(tmp_path, llama)
     assert loaded.config.num_hidden_layers == 3 and torch.equal(outputs(loaded), outputs(deeper))
+
+
+def test_a_head_seeded_from_the_target_starts_as_the_targets_own_top(llama):
+    head = seeded_from_target(new_eagle3_head(llama, draft_vocab=torch.arange(0, llama.vocab_size, 2), layers=LAYERS,
+                                              depth=2, seed=3), llama)
+    ids = torch.randint(0, llama.vocab_size, (1, 9), generator=torch.Generator().manual_seed(0))
+    with torch.no_grad():
+        output = llama.model.model(ids, output_hidden_states=list(head.hidden_state_ids))
+        drafted = head.logits(head(llama.model.get_input_embeddings()(ids), head.fuse(head.target_features(output)),
+                                   torch.arange(9)[None]))
+        # The context position's own next-token logits: one token behind the head's label until it trains.
+        expected = llama.model.lm_head(output.last_hidden_state)[..., head.draft_to_target()]
+    assert torch.allclose(drafted, expected, atol=1e-4)
+
+
+def test_seeding_from_the_target_needs_its_top_layers_input_among_the_features(llama):
+    with pytest.raises(ValueError, match="at least two decoder layers"):
+        seeded_from_target(new_eagle3_head(llama, layers=LAYERS), llama)
+    with pytest.raises(ValueError, match="must include it"):
+        seeded_from_target(new_eagle3_head(llama, layers=(0, 2), depth=2), llama)
 
 
 def test_a_head_with_stacked_layers_stays_lossless(tmp_path, llama, llama_eagle3_head):
