@@ -279,7 +279,7 @@ def seeded_from_target(head: Eagle3Head, target: Target) -> Eagle3Head:
         raise ValueError(f"A head of {depth} layers stacks copies of the target's last {depth - 1} layers, which "
                          f"read hidden state {first}: its features {list(head.aux_layers)} must include it.")
     if head.config.intermediate_size != target.model.config.intermediate_size:
-        raise ValueError("A head seeded from the target keeps the target's MLP width: leave --head-mlp unset.")
+        raise ValueError("A head seeded from the target keeps the target's MLP width, which its copied layers have.")
     seeded = copy.deepcopy(head)
     with torch.no_grad():
         for i, layer in enumerate(seeded.layers):
