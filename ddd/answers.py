@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import json
 import math
+import os
 import random
 import time
 from collections.abc import Iterator
@@ -31,6 +32,25 @@ _PLAN_KEYS = ("format", "model", "prompts", "limit", "seed", "shard_size", "max_
               "sampled_fraction", "temperature", "skip", "bf16")
 
 
+# meta.json keeps the files and directories a run read relative to itself, so that a data directory and the
+# files it names can move together (another checkout, another machine).
+_PATH_KEYS = ("prompts", "skip")
+
+
+def _relative_to(paths: list[str], directory: Path) -> list[str]:
+    return [os.path.relpath(Path(p).resolve(), directory.resolve()) for p in paths]
+
+
+def _resolved_from(paths: list[str] | str | None, directory: Path) -> list[str] | str | None:
+    """Paths from a meta.json made absolute again; older directories hold absolute paths, and one-file data
+    names its file as a plain string."""
+    if paths is None:
+        return None
+    if isinstance(paths, str):
+        return str((directory / paths).resolve())
+    return [str((directory / p).resolve()) for p in paths]
+
+
 @dataclass
 class _Item:
     index: int
@@ -40,7 +60,7 @@ class _Item:
     truncated: bool
 
 
-def _plan(args, target) -> tuple[list[_Item], dict]:
+def _plan(args, target, out: Path) -> tuple[list[_Item], dict]:
     rows = read_prompt_files(args.prompts)
     order = list(range(len(rows)))
     random.Random(args.seed).shuffle(order)
@@ -60,7 +80,7 @@ def _plan(args, target) -> tuple[list[_Item], dict]:
         "model": target.name,
         "hidden_size": target.hidden_size,
         "vocab_size": target.vocab_size,
-        "prompts": [str(Path(p).resolve()) for p in args.prompts],
+        "prompts": _relative_to(args.prompts, out),
         "limit": args.limit,
         "seed": args.seed,
         "shard_size": args.shard_size,
@@ -72,7 +92,7 @@ def _plan(args, target) -> tuple[list[_Item], dict]:
         "shards": math.ceil(len(items) / args.shard_size),
     }
     if args.skip:  # only when given, so that directories made before --skip existed still resume
-        plan["skip"] = [str(Path(d).resolve()) for d in args.skip]
+        plan["skip"] = _relative_to(args.skip, out)
     if args.bf16:  # likewise
         plan["bf16"] = True
     return items, plan
@@ -257,7 +277,12 @@ def _resume_plan(plan: dict, meta_path: Path) -> None:
     plan["wall_s"] = 0.0
     if meta_path.exists():
         old = json.loads(meta_path.read_text())
-        changed = [k for k in _PLAN_KEYS if old.get(k) != plan.get(k)]
+        def same(key: str) -> bool:
+            if key in _PATH_KEYS:
+                return _resolved_from(old.get(key), meta_path.parent) == _resolved_from(plan.get(key), meta_path.parent)
+            return old.get(key) == plan.get(key)
+
+        changed = [k for k in _PLAN_KEYS if not same(k)]
         if changed:
             raise TrainError(
                 f"{meta_path.parent} holds data made with different settings ({', '.join(changed)}); "
@@ -306,8 +331,8 @@ def cmd_data(args) -> int:
     target = load_target(args.model, device=args.device)
     if args.bf16:
         target.model.to(torch.bfloat16)
-    items, plan = _plan(args, target)
     out = Path(args.out)
+    items, plan = _plan(args, target, out)
     out.mkdir(parents=True, exist_ok=True)
     meta_path = out / "meta.json"
     _resume_plan(plan, meta_path)
@@ -333,11 +358,15 @@ def cmd_data(args) -> int:
 
 
 def load_samples(directory: str | Path) -> tuple[list[dict], dict]:
+    """The samples of a data directory and its meta.json, whose paths come back absolute."""
     directory = Path(directory)
     meta_path = directory / "meta.json"
     if not meta_path.exists():
         raise TrainError(f"No training data in {directory}: meta.json is missing (make it with `python -m ddd.train data`).")
     meta = json.loads(meta_path.read_text())
+    for key in _PATH_KEYS:
+        if key in meta:
+            meta[key] = _resolved_from(meta[key], directory)
     paths = sorted(directory.glob(SHARD_GLOB))
     if not paths:
         raise TrainError(f"No shard files in {directory}; run `python -m ddd.train data` first.")

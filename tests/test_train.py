@@ -247,6 +247,36 @@ def test_data_can_skip_the_prompts_another_directory_answered(tiny_llama_dir, pr
     assert "different settings (skip)" in capsys.readouterr().err
 
 
+def test_a_data_directory_moves_with_the_files_it_names(tiny_llama_dir, prompts, tmp_path, capsys):
+    import shutil
+
+    old = tmp_path / "old"
+    (old / "data").mkdir(parents=True)
+    shutil.copy(prompts, old / "data" / "prompts.jsonl")
+    first, rest = old / "first", old / "rest"
+    assert train.main(_data_args(tiny_llama_dir, old / "data" / "prompts.jsonl", first, "--limit", "6")) == 0
+    assert train.main(_data_args(tiny_llama_dir, old / "data" / "prompts.jsonl", rest, "--skip", str(first))) == 0
+    meta = json.loads((rest / "meta.json").read_text())
+    assert meta["prompts"] == ["../data/prompts.jsonl"] and meta["skip"] == ["../first"]
+    new = tmp_path / "new"
+    shutil.move(old, new)  # another checkout: the same layout under another path
+    assert len(answers.answered_samples(new / "rest")) == 7
+    assert train.main(_data_args(tiny_llama_dir, new / "data" / "prompts.jsonl", new / "rest",
+                                 "--skip", str(new / "first"))) == 0
+    assert "nothing to do" in capsys.readouterr().out
+
+
+def test_a_data_directory_with_absolute_paths_still_loads(six_dir, prompts, tmp_path):
+    import shutil
+
+    older = tmp_path / "older"
+    shutil.copytree(six_dir, older)
+    meta = json.loads((older / "meta.json").read_text())
+    meta["prompts"] = [str(prompts.resolve())]  # as directories made before paths were stored relative
+    (older / "meta.json").write_text(json.dumps(meta))
+    assert [s["id"] for s, _ in answers.answered_samples(older)] == [s["id"] for s, _ in answers.answered_samples(six_dir)]
+
+
 def test_bf16_data_stores_token_ids_only_and_fit_refuses_it(tiny_llama_dir, prompts, tmp_path, capsys):
     data_dir = tmp_path / "bf16"
     assert train.main(_data_args(tiny_llama_dir, prompts, data_dir, "--limit", "4", "--bf16")) == 0
