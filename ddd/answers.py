@@ -29,12 +29,12 @@ SHARD_GLOB = "shard_*.pt"
 DATA_FORMAT = 2  # 2: greedy and sampled rows share one decoding loop (1: separate generate() calls)
 # Fields of the data run that must agree with an existing output directory for it to be resumed.
 _PLAN_KEYS = ("format", "model", "prompts", "limit", "seed", "shard_size", "max_new_tokens", "max_prompt_tokens",
-              "sampled_fraction", "temperature", "skip", "bf16")
+              "sampled_fraction", "temperature", "skip", "skip_greedy", "bf16")
 
 
 # meta.json keeps the files and directories a run read relative to itself, so that a data directory and the
 # files it names can move together (another checkout, another machine).
-_PATH_KEYS = ("prompts", "skip")
+_PATH_KEYS = ("prompts", "skip", "skip_greedy")
 
 
 def _relative_to(paths: list[str], directory: Path) -> list[str]:
@@ -65,9 +65,12 @@ def _plan(args, target, out: Path) -> tuple[list[_Item], dict]:
     order = list(range(len(rows)))
     random.Random(args.seed).shuffle(order)
     answered = {prompt for directory in args.skip for _, prompt in answered_samples(directory)}
+    # A greedy answer is one text per prompt, so a prompt that has one gains nothing from another.
+    answered |= {prompt for directory in args.skip_greedy for sample, prompt in answered_samples(directory)
+                 if not sample["sampled"]}
     order = [index for index in order if rows[index]["prompt"] not in answered]
     if not order:
-        raise TrainError("Every prompt is already answered in the --skip directories.")
+        raise TrainError("Every prompt is already answered in the --skip / --skip-greedy directories.")
     if args.limit is not None:
         order = order[: args.limit]
     coin = random.Random(args.seed + 1)
@@ -93,6 +96,8 @@ def _plan(args, target, out: Path) -> tuple[list[_Item], dict]:
     }
     if args.skip:  # only when given, so that directories made before --skip existed still resume
         plan["skip"] = _relative_to(args.skip, out)
+    if args.skip_greedy:
+        plan["skip_greedy"] = _relative_to(args.skip_greedy, out)
     if args.bf16:  # likewise
         plan["bf16"] = True
     return items, plan
@@ -267,9 +272,10 @@ def _check_data_args(args) -> None:
     if args.max_prompt_tokens < 8:
         raise TrainError("--max-prompt-tokens must be at least 8.")
     read_prompt_files(args.prompts)  # fail on a bad file before loading the model
-    for directory in args.skip:
-        if not (Path(directory) / "meta.json").is_file():
-            raise TrainError(f"--skip {directory} is not a directory written by `python -m ddd.train data`.")
+    for flag, directories in (("--skip", args.skip), ("--skip-greedy", args.skip_greedy)):
+        for directory in directories:
+            if not (Path(directory) / "meta.json").is_file():
+                raise TrainError(f"{flag} {directory} is not a directory written by `python -m ddd.train data`.")
 
 
 def _resume_plan(plan: dict, meta_path: Path) -> None:
@@ -399,6 +405,8 @@ def add_parser(sub) -> None:
     p.add_argument("--limit", type=int, default=None, help="use this many prompts (a seeded shuffle of the file)")
     p.add_argument("--skip", nargs="+", default=[], metavar="DIR",
                    help="leave out prompts already answered in these data directories")
+    p.add_argument("--skip-greedy", nargs="+", default=[], metavar="DIR",
+                   help="leave out prompts these data directories hold a greedy answer to")
     p.add_argument("--max-new-tokens", type=int, default=200)
     p.add_argument("--max-prompt-tokens", type=int, default=320, help="longer questions are cut to fit")
     p.add_argument("--batch-size", type=int, default=64, help="prompts decoded together")

@@ -247,6 +247,15 @@ def test_data_can_skip_the_prompts_another_directory_answered(tiny_llama_dir, pr
     assert "different settings (skip)" in capsys.readouterr().err
 
 
+def test_data_can_skip_only_the_prompts_another_directory_answered_greedily(tiny_llama_dir, prompts, six_dir, tmp_path):
+    greedy = {prompt for sample, prompt in answers.answered_samples(six_dir) if not sample["sampled"]}
+    sampled = {prompt for sample, prompt in answers.answered_samples(six_dir) if sample["sampled"]}
+    assert greedy and sampled
+    assert train.main(_data_args(tiny_llama_dir, prompts, tmp_path, "--skip-greedy", str(six_dir))) == 0
+    after = {prompt for _, prompt in answers.answered_samples(tmp_path)}
+    assert len(after) == 13 - len(greedy) and not greedy & after and sampled <= after
+
+
 def test_a_data_directory_moves_with_the_files_it_names(tiny_llama_dir, prompts, tmp_path, capsys):
     import shutil
 
