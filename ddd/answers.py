@@ -41,14 +41,15 @@ def _relative_to(paths: list[str], directory: Path) -> list[str]:
     return [os.path.relpath(Path(p).resolve(), directory.resolve()) for p in paths]
 
 
-def _resolved_from(paths: list[str] | str | None, directory: Path) -> list[str] | str | None:
-    """Paths from a meta.json made absolute again; older directories hold absolute paths, and one-file data
-    names its file as a plain string."""
-    if paths is None:
-        return None
-    if isinstance(paths, str):
-        return str((directory / paths).resolve())
-    return [str((directory / p).resolve()) for p in paths]
+def _with_resolved_paths(meta: dict, directory: Path) -> dict:
+    """A meta.json's fields with its paths absolute again; older directories hold absolute paths already, and
+    one-file data names its file as a plain string."""
+    def resolved(paths: list[str] | str) -> list[str] | str:
+        if isinstance(paths, str):
+            return str((directory / paths).resolve())
+        return [str((directory / p).resolve()) for p in paths]
+
+    return meta | {key: resolved(meta[key]) for key in _PATH_KEYS if key in meta}
 
 
 @dataclass
@@ -282,13 +283,8 @@ def _resume_plan(plan: dict, meta_path: Path) -> None:
     """Keep the time already spent on this directory; refuse one made with other settings."""
     plan["wall_s"] = 0.0
     if meta_path.exists():
-        old = json.loads(meta_path.read_text())
-        def same(key: str) -> bool:
-            if key in _PATH_KEYS:
-                return _resolved_from(old.get(key), meta_path.parent) == _resolved_from(plan.get(key), meta_path.parent)
-            return old.get(key) == plan.get(key)
-
-        changed = [k for k in _PLAN_KEYS if not same(k)]
+        old, new = (_with_resolved_paths(m, meta_path.parent) for m in (json.loads(meta_path.read_text()), plan))
+        changed = [k for k in _PLAN_KEYS if old.get(k) != new.get(k)]
         if changed:
             raise TrainError(
                 f"{meta_path.parent} holds data made with different settings ({', '.join(changed)}); "
@@ -369,10 +365,7 @@ def load_samples(directory: str | Path) -> tuple[list[dict], dict]:
     meta_path = directory / "meta.json"
     if not meta_path.exists():
         raise TrainError(f"No training data in {directory}: meta.json is missing (make it with `python -m ddd.train data`).")
-    meta = json.loads(meta_path.read_text())
-    for key in _PATH_KEYS:
-        if key in meta:
-            meta[key] = _resolved_from(meta[key], directory)
+    meta = _with_resolved_paths(json.loads(meta_path.read_text()), directory)
     paths = sorted(directory.glob(SHARD_GLOB))
     if not paths:
         raise TrainError(f"No shard files in {directory}; run `python -m ddd.train data` first.")
