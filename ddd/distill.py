@@ -200,15 +200,27 @@ class LevelStats:
     answer_count: list[int] = field(default_factory=list)
 
 
+def position_weights(label_p: torch.Tensor, power: float) -> torch.Tensor:
+    """Each position's weight, p_max**power: greedy verification accepts a draft token only where it is the
+    target's first choice, and a chain of accepted tokens runs through positions where the target is sure of
+    it. Where the target spreads its bets, even a head that matched its distribution exactly would guess its
+    first choice seldom, yet the divergence there is largest; these weights move the head's capacity toward
+    the positions that can be accepted."""
+    return label_p.max(-1).values.pow(power)
+
+
 def unrolled_loss(head, embed, batch: Batch, teacher: Teacher, levels: int, decay: float, prefix: int,
-                  bf16: bool, score_share: float = 1.0,
-                  answers_only: bool = False) -> tuple[torch.Tensor | None, LevelStats]:
+                  bf16: bool, score_share: float = 1.0, answers_only: bool = False,
+                  confidence_weight: float = 0.0) -> tuple[torch.Tensor | None, LevelStats]:
     """The training-time-test loss over `levels` draft levels: KL divergence from the target's distribution,
     level j weighted decay**j. With `score_share` < 1 each level scores a random share of its positions:
     the draft LM head over them is most of a step's cost, and neighbouring positions teach much the same.
     With `answers_only` only answer tokens are scored, and every level after the first runs over the answers
     alone: a draft tree guesses answers, and the question is the user's. The loss is None where nothing is
-    scored (a batch of prompts cut before their answers, with `answers_only`)."""
+    scored (a batch of prompts cut before their answers, with `answers_only`). With `confidence_weight`
+    above 0, each position's divergence counts in proportion to p_max**confidence_weight, p_max being the
+    target's probability of its own first choice there (`position_weights`); the losses in the returned stats
+    stay unweighted, so that runs compare."""
     ids = batch.ids.to(teacher.aux.device)
     n = ids.shape[1] - 1
     everything = torch.arange(n, device=ids.device)[None]
@@ -246,7 +258,11 @@ def unrolled_loss(head, embed, batch: Batch, teacher: Teacher, levels: int, deca
         # KL rather than cross-entropy: the same gradient, and 0 means the head matches the target exactly.
         divergence = teacher.label_plogp[label] - (teacher.label_p[label] * logq).sum(-1)
         loss = divergence.mean()
-        total = total + decay**level * loss
+        if confidence_weight:
+            weight = position_weights(teacher.label_p[label], confidence_weight)
+            total = total + decay**level * (weight * divergence).sum() / weight.sum()
+        else:
+            total = total + decay**level * loss
         weights += decay**level
         guess = vocab[logq.argmax(-1)]
         agree = guess == (vocab[teacher.label_best[label]] if teacher.argmax is None else teacher.argmax[label])
@@ -326,6 +342,8 @@ def _check(args) -> None:
         raise TrainError("--lr and --minutes must be positive, --decay and --score-share in (0, 1].")
     if args.layers_lr < 0:
         raise TrainError("--layers-lr must be positive (or 0: the same as --lr).")
+    if not 0 <= args.confidence_weight <= 4:
+        raise TrainError("--confidence-weight must be in [0, 4] (0: every position counts the same).")
     if not 0.05 <= args.label_temperature <= 1:
         raise TrainError("--label-temperature must be in [0.05, 1].")
     if args.from_target and args.init:
@@ -411,7 +429,8 @@ def _stage(args, state: dict | None) -> Stage:
                "texts_train": len(train), "tokens_train": tokens, "texts_heldout": len(held), "draft_vocab": vocab.numel(),
                "draft_vocab_coverage_heldout": round(covered, 4), "levels": args.levels, "decay": args.decay,
                "score_share": args.score_share, "answers_only": args.answers_only,
-               "label_temperature": args.label_temperature, "lr": args.lr,
+               "label_temperature": args.label_temperature, "confidence_weight": args.confidence_weight,
+               "lr": args.lr,
                "layers_lr": args.layers_lr or args.lr,
                "batch_tokens": args.batch_tokens, "max_len": args.max_len, "bf16": args.bf16, "init": args.init,
                "head_layers": head.config.num_hidden_layers, "head_mlp": head.config.intermediate_size,
@@ -461,7 +480,7 @@ def cmd_distill(args) -> int:
         teacher = teach(target, head, batch, args.bf16, temperature=args.label_temperature,
                         answers_only=args.answers_only)
         loss, stats = unrolled_loss(head, embed, batch, teacher, args.levels, args.decay, stage.prefix, args.bf16,
-                                    args.score_share, args.answers_only)
+                                    args.score_share, args.answers_only, args.confidence_weight)
         if loss is None:
             continue
         optimiser.step(loss)
@@ -515,6 +534,9 @@ def add_parser(sub) -> None:
     p.add_argument("--label-temperature", type=float, default=1.0,
                    help="train on the target's distribution at this temperature (below 1: sharper; evaluation "
                         "always scores the distribution itself)")
+    p.add_argument("--confidence-weight", type=float, default=0.0,
+                   help="weight each scored position by the target's top-1 probability there to this power "
+                        "(0: every position counts the same); the logged losses stay unweighted")
     p.add_argument("--lr", type=float, default=1e-3)
     p.add_argument("--layers-lr", type=float, default=0,
                    help="peak learning rate of the decoder layers after the first (--head-layers), 0: --lr")

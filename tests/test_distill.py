@@ -302,6 +302,8 @@ def test_bad_settings_are_refused_with_a_message(tiny_llama_dir, corpus, tmp_pat
     assert "not a directory written by `python -m ddd.train data`" in capsys.readouterr().err
     assert _distill(tiny_llama_dir, corpus, tmp_path, "--label-temperature", "0") == 2
     assert "--label-temperature must be in [0.05, 1]" in capsys.readouterr().err
+    assert _distill(tiny_llama_dir, corpus, tmp_path, "--confidence-weight", "-1") == 2
+    assert "--confidence-weight must be in [0, 4]" in capsys.readouterr().err
     assert _distill(tiny_llama_dir, corpus, tmp_path, "--from-target") == 2
     assert "at least two decoder layers" in capsys.readouterr().err
     assert _distill(tiny_llama_dir, corpus, tmp_path, "--from-target", "--init", str(tmp_path)) == 2
@@ -362,3 +364,37 @@ def test_a_teacher_for_answers_alone_labels_them_only_and_scores_them_as_the_who
     assert abs(float(a) - float(w)) < 1e-6 and a_stats.agree == w_stats.agree
     with pytest.raises(ValueError, match="no label"):
         loss(answer, False)  # the whole-text pass scores prompt positions, which this teacher left out
+
+
+def test_confidence_weights_favour_positions_where_the_target_is_sure():
+    label_p = torch.tensor([[0.9, 0.05, 0.05], [0.4, 0.3, 0.3]])
+    torch.testing.assert_close(distill.position_weights(label_p, 1.0), torch.tensor([0.9, 0.4]))
+    torch.testing.assert_close(distill.position_weights(label_p, 2.0), torch.tensor([0.81, 0.16]))
+    torch.testing.assert_close(distill.position_weights(label_p, 0.0), torch.ones(2))
+
+
+def test_a_confidence_weighted_loss_averages_each_level_by_the_targets_top_probability(llama):
+    """The loss that trains is the weighted mean of the divergences; the one the stats report is the plain
+    mean, the same as an unweighted run's."""
+    from ddd.eagle3 import new_eagle3_head
+
+    head = new_eagle3_head(llama, layers=(0, 1, 2), seed=3).float()
+    ids = torch.tensor([[5, 9, 17, 23, 31, 40, 8], [7, 11, 13, 19, 0, 0, 0]])
+    batch = distill.Batch(ids, torch.tensor([7, 4]), torch.tensor([0, 0]))
+    teacher = distill.teach(llama, head, batch, bf16=False)
+    embed = llama.model.get_input_embeddings()
+    captured = []
+    original = head.logits
+    head.logits = lambda out: captured.append(original(out)) or captured[-1]
+    weighted, weighted_stats = distill.unrolled_loss(head, embed, batch, teacher, levels=1, decay=1.0, prefix=0,
+                                                     bf16=False, confidence_weight=2.0)
+    plain, plain_stats = distill.unrolled_loss(head, embed, batch, teacher, levels=1, decay=1.0, prefix=0,
+                                               bf16=False)
+    rows = torch.cat([teacher.label_row[row, 1:length] for row, length in enumerate(batch.lengths.tolist())])
+    p = teacher.label_p[rows]
+    divergence = teacher.label_plogp[rows] - (p * torch.log_softmax(captured[0], dim=-1)).sum(-1)
+    weight = p.max(-1).values ** 2
+    assert abs(float(weighted) - float((weight * divergence).sum() / weight.sum())) < 1e-5
+    assert abs(float(plain) - float(divergence.mean())) < 1e-5
+    assert abs(float(weighted) - float(plain)) > 1e-4
+    assert weighted_stats.loss == plain_stats.loss
