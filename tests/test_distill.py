@@ -226,19 +226,26 @@ def test_level_one_of_the_unrolled_loss_is_the_head_run_on_its_own_guess(llama):
     torch.testing.assert_close(level1[i], node[0, 0], rtol=1e-4, atol=1e-5)
 
 
-def test_each_level_scores_the_kl_divergence_from_the_targets_distribution_at_its_own_positions(llama):
-    """Level j at index i predicts the target's distribution at i + 1 + j, for every index whose label lies
-    inside its row (rows of different lengths: padding is never scored)."""
+def _two_rows_with_captured_logits(llama):
+    """A new head, a batch of two rows of different lengths, its teacher, and the list the head's logits go
+    to at each level."""
     from ddd.eagle3 import new_eagle3_head
 
     head = new_eagle3_head(llama, layers=(0, 1, 2), seed=3).float()
     ids = torch.tensor([[5, 9, 17, 23, 31, 40, 8], [7, 11, 13, 19, 0, 0, 0]])
     batch = distill.Batch(ids, torch.tensor([7, 4]), torch.tensor([0, 0]))
     teacher = distill.teach(llama, head, batch, bf16=False)
-    logp = teacher.label_p.log()
     captured = []
     original = head.logits
     head.logits = lambda out: captured.append(original(out)) or captured[-1]
+    return head, batch, teacher, captured
+
+
+def test_each_level_scores_the_kl_divergence_from_the_targets_distribution_at_its_own_positions(llama):
+    """Level j at index i predicts the target's distribution at i + 1 + j, for every index whose label lies
+    inside its row (rows of different lengths: padding is never scored)."""
+    head, batch, teacher, captured = _two_rows_with_captured_logits(llama)
+    logp = teacher.label_p.log()
     _, stats = distill.unrolled_loss(head, llama.model.get_input_embeddings(), batch, teacher, levels=2, decay=1.0,
                                      prefix=0, bf16=False)
     for level, logits in enumerate(captured):
@@ -376,16 +383,8 @@ def test_confidence_weights_favour_positions_where_the_target_is_sure():
 def test_a_confidence_weighted_loss_averages_each_level_by_the_targets_top_probability(llama):
     """The loss that trains is the weighted mean of the divergences; the one the stats report is the plain
     mean, the same as an unweighted run's."""
-    from ddd.eagle3 import new_eagle3_head
-
-    head = new_eagle3_head(llama, layers=(0, 1, 2), seed=3).float()
-    ids = torch.tensor([[5, 9, 17, 23, 31, 40, 8], [7, 11, 13, 19, 0, 0, 0]])
-    batch = distill.Batch(ids, torch.tensor([7, 4]), torch.tensor([0, 0]))
-    teacher = distill.teach(llama, head, batch, bf16=False)
+    head, batch, teacher, captured = _two_rows_with_captured_logits(llama)
     embed = llama.model.get_input_embeddings()
-    captured = []
-    original = head.logits
-    head.logits = lambda out: captured.append(original(out)) or captured[-1]
     weighted, weighted_stats = distill.unrolled_loss(head, embed, batch, teacher, levels=1, decay=1.0, prefix=0,
                                                      bf16=False, confidence_weight=2.0)
     plain, plain_stats = distill.unrolled_loss(head, embed, batch, teacher, levels=1, decay=1.0, prefix=0,
