@@ -273,7 +273,7 @@ def unrolled_loss(head, embed, batch: Batch, teacher: Teacher, levels: int, deca
         stats.answer_count.append(int(on_answer.sum()))
         stats.answer_loss.append(float(divergence[on_answer].detach().mean()) if on_answer.any() else 0.0)
         stats.answer_agree.append(float(agree[on_answer].float().mean()) if on_answer.any() else 0.0)
-        hidden = out
+        hidden = head.next_hidden(out)
     return (total / weights if weights else None), stats
 
 
@@ -369,7 +369,7 @@ def _head(args, target, train: list[Text], state: dict | None):
     """The head to train: the checkpoint's, the --init head (deepened to --head-layers, widened to
     --head-mlp, reading the added --feature-layers too), or a new one over the training texts' vocabulary
     (seeded from the target's top layers with --from-target)."""
-    from .eagle3 import deepen, new_eagle3_head, seeded_from_target, widen, with_features
+    from .eagle3 import deepen, new_eagle3_head, seeded_from_target, widen, with_draft_hidden, with_features
     from .head import load_head
 
     if state is None and args.init:
@@ -383,22 +383,32 @@ def _head(args, target, train: list[Text], state: dict | None):
                 head = widen(head, args.head_mlp, seed=args.seed)
             if args.feature_layers:
                 head = with_features(head, _feature_layers(args))
+            if args.draft_hidden:
+                head = with_draft_hidden(head, args.draft_hidden)
         except ValueError as err:
-            raise TrainError(f"--head-layers / --head-mlp / --feature-layers: {err}") from None
+            raise TrainError(f"--head-layers / --head-mlp / --feature-layers / --draft-hidden: {err}") from None
         return head.float().requires_grad_(True)
     if state is not None:
         vocab, layers, depth = state["draft_vocab"], state["layers"], state.get("head_layers", 1)
         mlp = state.get("head_mlp")
+        # The wiring may change on resume (the weights stay): --draft-hidden says so explicitly.
+        draft_hidden = args.draft_hidden or state.get("draft_hidden", "output")
+        if draft_hidden != state.get("draft_hidden", "output"):
+            print(f"draft hidden: {state.get('draft_hidden', 'output')} until now, {draft_hidden} from here on",
+                  flush=True)
     else:
         vocab = draft_vocabulary(train, target.vocab_size, min(args.draft_vocab, target.vocab_size), target.eos_ids())
         layers = _feature_layers(args) if args.feature_layers else None
         depth, mlp = args.head_layers or 1, args.head_mlp or None
+        draft_hidden = args.draft_hidden or "output"
     try:
-        head = new_eagle3_head(target, draft_vocab=vocab, seed=args.seed, layers=layers, depth=depth, mlp=mlp).float()
+        head = new_eagle3_head(target, draft_vocab=vocab, seed=args.seed, layers=layers, depth=depth, mlp=mlp,
+                               draft_hidden=draft_hidden).float()
         # A resumed run takes every weight from its checkpoint: seeding is for the first run alone.
         return seeded_from_target(head, target) if args.from_target and state is None else head
     except ValueError as err:
-        raise TrainError(f"--feature-layers / --head-layers / --head-mlp / --from-target: {err}") from None
+        raise TrainError(f"--feature-layers / --head-layers / --head-mlp / --from-target / --draft-hidden: {err}") \
+            from None
 
 
 def _feature_layers(args) -> tuple[int, ...]:
@@ -434,7 +444,7 @@ def _stage(args, state: dict | None) -> Stage:
                "layers_lr": args.layers_lr or args.lr,
                "batch_tokens": args.batch_tokens, "max_len": args.max_len, "bf16": args.bf16, "init": args.init,
                "head_layers": head.config.num_hidden_layers, "head_mlp": head.config.intermediate_size,
-               "from_target": args.from_target}
+               "from_target": args.from_target, "draft_hidden": head.draft_hidden}
     return Stage(target, head, train, held_batches, prefix, summary)
 
 
@@ -462,7 +472,7 @@ def cmd_distill(args) -> int:
     def save(final: bool) -> None:
         write_checkpoint(args.ckpt_dir, head, optimiser, progress, draft_vocab=head.draft_to_target(),
                          layers=head.aux_layers, head_layers=head.config.num_hidden_layers,
-                         head_mlp=head.config.intermediate_size)
+                         head_mlp=head.config.intermediate_size, draft_hidden=head.draft_hidden)
         save_head(head, args.out, extra={"training": stage.summary | {
             "steps": progress.step, "train_s": round(progress.elapsed), "final": final, "last": progress.history[-1:]}})
 
@@ -555,6 +565,10 @@ def add_parser(sub) -> None:
     p.add_argument("--from-target", action="store_true",
                    help="a new head's stacked layers, norm and LM head start as copies of the target's top layers, "
                         "final norm and LM head (needs --head-layers 2 or more)")
+    p.add_argument("--draft-hidden", choices=["output", "first_layer"], default=None,
+                   help="what deeper draft levels read: the head's final output (default) or its first layer's "
+                        "output (needs two decoder layers or more; docs/training.md); given with --resume or "
+                        "--init, it rewires the head and keeps its weights")
     p.add_argument("--bf16", action=argparse.BooleanOptionalAction, default=True,
                    help="run the target and the head's products in bfloat16 autocast (weights stay float32)")
     p.add_argument("--eval-texts", type=int, default=96, help="held-out texts scored at each evaluation")

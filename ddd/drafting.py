@@ -79,7 +79,8 @@ class HeadRunner:
         visible = torch.cat((torch.ones(n, self._tree_start, dtype=torch.bool, device=device), rows), dim=1)
         mask = torch.zeros(visible.shape, dtype=parent_features.dtype, device=device).masked_fill_(~visible, self.min_value)
         positions = (self._tree_start - 1 + depths).view(1, -1)
-        out = self.head(self.embed(tokens.view(1, -1)), parent_features.view(1, n, -1), positions, mask[None, None], self.cache)
+        hidden = self.head.next_hidden(parent_features).reshape(1, n, -1)
+        out = self.head(self.embed(tokens.view(1, -1)), hidden, positions, mask[None, None], self.cache)
         slots = torch.arange(self._slots, self._slots + n, device=device)
         self._slots += n
         return out[0], slots

@@ -9,7 +9,10 @@ the draft tree the head takes its own pre-norm output as the hidden state, witho
 
 Our heads may stack further stock Llama decoder layers (`layers.0.*`, `layers.1.*`, ...) after that first
 one, for more capacity per draft call: `num_hidden_layers` counts all of them, and a checkpoint's count is
-read from its weights. Published heads have none.
+read from its weights. Published heads have none. Such a head may instead hand deeper draft levels its
+first layer's output (`eagle_config.draft_hidden: "first_layer"`, docs/training.md): with stacked layers
+seeded from the target's top, that output lives in the space those layers read, the same space `fc` gives
+the first layer at level one, while the final output lives after them.
 
 Published checkpoints (the official EAGLE-3 release, SpecForge) name the parts `midlayer.*`, `fc`, `norm`,
 `lm_head`, plus `d2t` and `t2d` (a bool mask over the target vocabulary); config.json adds
@@ -35,6 +38,7 @@ from .head import (DraftHead, HeadLoadError, d2t_of, draft_map, fit_problems, ll
 from .models import Target
 
 MAX_LAYERS = 8  # a draft head is meant to be a small fraction of its target
+DRAFT_HIDDEN = ("output", "first_layer")  # what a draft step hands the next level as its hidden state
 
 
 def default_aux_layers(num_layers: int) -> tuple[int, int, int]:
@@ -84,10 +88,13 @@ class Eagle3Layer(nn.Module):
 class Eagle3Head(DraftHead):
     kind = "eagle3"
 
-    def __init__(self, config: LlamaConfig, aux_layers: tuple[int, ...], d2t: torch.Tensor):
+    def __init__(self, config: LlamaConfig, aux_layers: tuple[int, ...], d2t: torch.Tensor,
+                 draft_hidden: str = "output"):
         super().__init__()
         if not 1 <= config.num_hidden_layers <= MAX_LAYERS:
             raise ValueError(f"An EAGLE-3 head has 1 to {MAX_LAYERS} decoder layers, not {config.num_hidden_layers}.")
+        _check_draft_hidden(draft_hidden, config.num_hidden_layers)
+        self.draft_hidden = draft_hidden
         config._attn_implementation = "sdpa"
         self.config = config
         self.aux_layers = tuple(aux_layers)
@@ -117,16 +124,20 @@ class Eagle3Head(DraftHead):
 
     def forward(self, embeds: torch.Tensor, hidden: torch.Tensor, position_ids: torch.Tensor,
                 attention_mask: torch.Tensor | None = None, cache=None) -> torch.Tensor:
-        """The pre-norm output (batch, seq, H): `logits` reads it, deeper draft levels take it as `hidden`."""
+        """The pre-norm output (batch, seq, H), which `logits` reads; with draft_hidden 'first_layer' the first
+        layer's output follows it (batch, seq, 2H), and `next_hidden` picks what deeper levels take."""
         rotary = self.rotary(hidden, position_ids)
-        out = self.midlayer(embeds, hidden, rotary, attention_mask, cache)
+        first = out = self.midlayer(embeds, hidden, rotary, attention_mask, cache)
         for layer in self.layers:
             out = layer(out, attention_mask, cache=cache, position_embeddings=rotary)
-        return out
+        return torch.cat((out, first), dim=-1) if self.draft_hidden == "first_layer" else out
+
+    def next_hidden(self, out: torch.Tensor) -> torch.Tensor:
+        return out[..., self.config.hidden_size :] if self.draft_hidden == "first_layer" else out
 
     def logits(self, out: torch.Tensor) -> torch.Tensor:
         """Draft-vocabulary logits of head outputs."""
-        return self.lm_head(self.norm(out))
+        return self.lm_head(self.norm(out[..., : self.config.hidden_size]))
 
     def draft_lm(self, target: Target) -> Callable[[torch.Tensor], torch.Tensor]:
         return self.logits
@@ -139,8 +150,11 @@ class Eagle3Head(DraftHead):
         return out
 
     def config_extra(self) -> dict[str, Any]:
+        eagle = {"eagle_aux_hidden_state_layer_ids": list(self.aux_layers)}
+        if self.draft_hidden != "output":
+            eagle["draft_hidden"] = self.draft_hidden
         return {"architectures": ["LlamaForCausalLMEagle3"], "draft_vocab_size": self.draft_vocab_size,
-                "eagle_config": {"eagle_aux_hidden_state_layer_ids": list(self.aux_layers)}}
+                "eagle_config": eagle}
 
     @classmethod
     def from_checkpoint(cls, raw: dict, weights: dict[str, torch.Tensor], target: Target, where: Path) -> "Eagle3Head":
@@ -174,7 +188,12 @@ class Eagle3Head(DraftHead):
                                 "to the target's.")
         if d2t.numel() != draft_size:
             raise HeadLoadError(f"The head at {where}: draft_vocab_size is {draft_size} but d2t maps {d2t.numel()} ids.")
-        return cls(config, layers, d2t)
+        eagle_config = raw.get("eagle_config")
+        draft_hidden = eagle_config.get("draft_hidden", "output") if isinstance(eagle_config, dict) else "output"
+        try:
+            return cls(config, layers, d2t, draft_hidden)
+        except ValueError as err:
+            raise HeadLoadError(f"The head at {where}: {err}") from None
 
 
 def stacked_layers(weights: dict[str, torch.Tensor]) -> int | None:
@@ -230,8 +249,23 @@ def _rebuilt(head: Eagle3Head, seed: int, layers: tuple[int, ...] | None = None,
     for name, value in config.items():
         setattr(grown, name, value)
     torch.manual_seed(seed)
-    new = Eagle3Head(grown, head.aux_layers if layers is None else layers, head.d2t.clone())
+    new = Eagle3Head(grown, head.aux_layers if layers is None else layers, head.d2t.clone(), head.draft_hidden)
     return new.to(device=head.d2t.device, dtype=head.fc.weight.dtype)
+
+
+def _check_draft_hidden(draft_hidden: str, depth: int) -> None:
+    if draft_hidden not in DRAFT_HIDDEN or (draft_hidden == "first_layer" and depth < 2):
+        raise ValueError(f"draft_hidden is one of {list(DRAFT_HIDDEN)} ('first_layer' needs two decoder layers or "
+                         f"more), not {draft_hidden!r} with {depth}.")
+
+
+def with_draft_hidden(head: Eagle3Head, draft_hidden: str) -> Eagle3Head:
+    """`head` handing deeper draft levels `draft_hidden` (DRAFT_HIDDEN) instead, with the same weights: level
+    one drafts exactly as before, deeper levels differ until training adapts them."""
+    _check_draft_hidden(draft_hidden, head.config.num_hidden_layers)
+    rewired = copy.deepcopy(head)
+    rewired.draft_hidden = draft_hidden
+    return rewired
 
 
 def _check_first_layer(layers: tuple[int, ...]) -> None:
@@ -296,10 +330,12 @@ def seeded_from_target(head: Eagle3Head, target: Target) -> Eagle3Head:
 
 
 def new_eagle3_head(target: Target, draft_vocab: torch.Tensor | None = None, seed: int = 0,
-                    layers: tuple[int, ...] | None = None, depth: int = 1, mlp: int | None = None) -> Eagle3Head:
+                    layers: tuple[int, ...] | None = None, depth: int = 1, mlp: int | None = None,
+                    draft_hidden: str = "output") -> Eagle3Head:
     """A randomly initialised EAGLE-3 head for `target`. draft_vocab: the target ids to keep (default: all);
     layers: the `output_hidden_states` indices of its features (default: the official choice); depth:
-    its decoder layers; mlp: their MLP channels (default: the target's)."""
+    its decoder layers; mlp: their MLP channels (default: the target's); draft_hidden: what deeper draft
+    levels read (DRAFT_HIDDEN)."""
     num_layers = target.model.config.num_hidden_layers
     layers = default_aux_layers(num_layers) if layers is None else tuple(layers)
     if not all(0 <= i <= num_layers for i in layers):
@@ -311,5 +347,5 @@ def new_eagle3_head(target: Target, draft_vocab: torch.Tensor | None = None, see
     fields = target_config_fields(target) | {"num_hidden_layers": depth}
     if mlp is not None:
         fields["intermediate_size"] = mlp
-    head = Eagle3Head(LlamaConfig(**fields), layers, d2t)
+    head = Eagle3Head(LlamaConfig(**fields), layers, d2t, draft_hidden)
     return head.to(device=target.device, dtype=target.model.dtype)

@@ -45,8 +45,8 @@ class DraftHead(nn.Module, ABC):
 
     The engine asks the target's forward for `hidden_state_ids` (None: only the final hidden state), turns
     its output into per-position features with `target_features`, and the head steps with
-    `head(embeds, fuse(features), ...)` over accepted context and `head(embeds, own output, ...)` inside the
-    draft tree; `draft_lm` turns a step's output into logits over the draft vocabulary.
+    `head(embeds, fuse(features), ...)` over accepted context and `head(embeds, next_hidden(own output), ...)`
+    inside the draft tree; `draft_lm` turns a step's output into logits over the draft vocabulary.
     """
 
     kind: str
@@ -88,6 +88,10 @@ class DraftHead(nn.Module, ABC):
     def forward(self, embeds: torch.Tensor, hidden: torch.Tensor, position_ids: torch.Tensor,
                 attention_mask: torch.Tensor | None = None, cache=None) -> torch.Tensor:
         """One head step over (batch, seq) positions; the output is what deeper draft levels take as hidden."""
+
+    def next_hidden(self, out: torch.Tensor) -> torch.Tensor:
+        """The part of a step's output that the next draft level takes as its hidden state."""
+        return out
 
     @abstractmethod
     def draft_lm(self, target: Target) -> Callable[[torch.Tensor], torch.Tensor]:

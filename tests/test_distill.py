@@ -168,6 +168,21 @@ def test_a_head_seeded_from_the_target_trains_and_resumes_with_its_trained_weigh
     assert not torch.allclose(stacked, target.model.model.layers[1].mlp.down_proj.weight)  # the copied layers train too
 
 
+def test_a_resumed_run_can_rewire_what_deeper_levels_read_and_keeps_its_weights(tiny_llama_dir, corpus, tmp_path):
+    args = ("--steps", "8", "--eval-every", "4", "--head-layers", "2", "--from-target")
+    assert _distill(tiny_llama_dir, corpus, tmp_path, *args, "--run-steps", "4") == 0
+    before = load_head(tmp_path / "head", load_tiny(tiny_llama_dir))
+    assert _distill(tiny_llama_dir, corpus, tmp_path, *args, "--resume", "--run-steps", "0", "--draft-hidden",
+                    "first_layer", "--steps", "4") == 0  # nothing left to train: the head is only rewired
+    state = torch.load(tmp_path / "ckpt" / "checkpoint.pt", weights_only=False)
+    assert state["draft_hidden"] == "first_layer" and state["progress"]["step"] == 4
+    after = load_head(tmp_path / "head", load_tiny(tiny_llama_dir))
+    assert after.draft_hidden == "first_layer"
+    assert all(torch.equal(a, b) for a, b in zip(after.state_dict().values(), before.state_dict().values()))
+    assert _distill(tiny_llama_dir, corpus, tmp_path, *args, "--resume") == 0  # the rewiring stays
+    assert torch.load(tmp_path / "ckpt" / "checkpoint.pt", weights_only=False)["draft_hidden"] == "first_layer"
+
+
 def test_a_head_given_more_features_at_the_start_of_a_stage_starts_where_its_init_stood(tiny_llama_dir, corpus,
                                                                                        tmp_path):
     """The tiny target has hidden states 0 to 2: a head reading 0 and 2 is given 1, between them."""
@@ -203,13 +218,15 @@ def test_training_time_test_level_masks_show_each_level_its_own_chain_only():
     assert mask[:, 3:6].equal(torch.eye(3, dtype=torch.bool)) and mask[:, 6:].equal(torch.eye(3, dtype=torch.bool))
 
 
-def test_level_one_of_the_unrolled_loss_is_the_head_run_on_its_own_guess(llama):
+@pytest.mark.parametrize("depth, draft_hidden", [(1, "output"), (2, "first_layer")])
+def test_level_one_of_the_unrolled_loss_is_the_head_run_on_its_own_guess(llama, depth, draft_hidden):
     """Level 1 at index i must equal a draft-tree node: the head run over the context up to i, then over
-    (the next token, its own output at i) one position further, attending to that context and itself."""
+    (the next token, what its output at i hands on) one position further, attending to that context and
+    itself."""
     from ddd.eagle3 import new_eagle3_head
     from transformers import DynamicCache
 
-    head = new_eagle3_head(llama, layers=(0, 1, 2), seed=3).float()
+    head = new_eagle3_head(llama, layers=(0, 1, 2), seed=3, depth=depth, draft_hidden=draft_hidden).float()
     ids = torch.tensor([[5, 9, 17, 23, 31, 40, 8]])
     batch = distill.Batch(ids, torch.tensor([7]), torch.tensor([0]))
     teacher = distill.teach(llama, head, batch, bf16=False)
@@ -222,7 +239,7 @@ def test_level_one_of_the_unrolled_loss_is_the_head_run_on_its_own_guess(llama):
     i = 2
     cache = DynamicCache(config=head.config)
     context = head(embed(ids[:, 1 : i + 2]), head.fuse(teacher.aux[:, : i + 1]), torch.arange(i + 1)[None], None, cache)
-    node = head(embed(ids[:, i + 2 : i + 3]), context[:, -1:], torch.tensor([[i + 1]]), None, cache)
+    node = head(embed(ids[:, i + 2 : i + 3]), head.next_hidden(context[:, -1:]), torch.tensor([[i + 1]]), None, cache)
     torch.testing.assert_close(level1[i], node[0, 0], rtol=1e-4, atol=1e-5)
 
 

@@ -11,7 +11,8 @@ from transformers.models.llama.modeling_llama import apply_rotary_pos_emb
 
 from ddd import Eagle3Head, HeadLoadError, RunTrace, generate, load_head, new_eagle3_head, new_head, save_head
 from ddd.drafting import HeadRunner
-from ddd.eagle3 import MAX_LAYERS, aux_layers_of, deepen, default_aux_layers, seeded_from_target, widen
+from ddd.eagle3 import (MAX_LAYERS, aux_layers_of, deepen, default_aux_layers, seeded_from_target, widen,
+                        with_draft_hidden)
 from tests.tiny import PROMPTS, TREE_SETTINGS, UNSEEN
 
 LAYERS = (0, 1, 2)  # the tiny models have two layers: too few for the official choice
@@ -217,18 +218,76 @@ def test_seeding_from_the_target_needs_its_top_layers_input_among_the_features(l
         seeded_from_target(new_eagle3_head(llama, layers=(0, 2), depth=2), llama)
 
 
-def test_a_head_with_stacked_layers_stays_lossless(tmp_path, llama, llama_eagle3_head):
+def _stacked(llama_eagle3_head):
+    """The head with a second decoder layer that counts, as training would make it."""
     deeper = deepen(llama_eagle3_head, 2)
-    with torch.no_grad():  # make the stacked layer count, as training would
+    with torch.no_grad():
         for name in ("self_attn.o_proj", "mlp.down_proj"):
             deeper.layers[0].get_submodule(name).weight.normal_(0, 0.02)
-    assert not torch.equal(outputs(deeper), outputs(llama_eagle3_head))
-    head = load_head(save_head(deeper, tmp_path), llama)
+    return deeper
+
+
+def _assert_lossless(llama, head):
     for method in ("eagle2", "ddd"):
         plain = generate(llama, None, PROMPTS[0], "plain", max_new_tokens=30)
         run = generate(llama, head, PROMPTS[0], method, max_new_tokens=30)
         list(plain), list(run)
         assert run.token_ids == plain.token_ids, method
+
+
+def test_a_head_with_stacked_layers_stays_lossless(tmp_path, llama, llama_eagle3_head):
+    deeper = _stacked(llama_eagle3_head)
+    assert not torch.equal(outputs(deeper), outputs(llama_eagle3_head))
+    _assert_lossless(llama, load_head(save_head(deeper, tmp_path), llama))
+
+
+def _rewired(llama_eagle3_head):
+    """A stacked head as it is and handing deeper levels its first layer's output."""
+    deeper = _stacked(llama_eagle3_head)
+    return deeper, with_draft_hidden(deeper, "first_layer")
+
+
+def test_a_head_handing_deeper_levels_its_first_layer_output_drafts_level_one_as_before(llama_eagle3_head):
+    deeper, rewired = _rewired(llama_eagle3_head)
+    assert torch.equal(outputs(rewired), outputs(deeper))
+    embeds, aux, positions = sample_inputs(rewired)
+    with torch.no_grad():
+        out = rewired(embeds, rewired.fuse(aux), positions)
+        first = rewired.midlayer(embeds, rewired.fuse(aux), rewired.rotary(embeds, positions), None, None)
+        plain = deeper(embeds, deeper.fuse(aux), positions)
+    assert torch.equal(out, torch.cat((plain, first), dim=-1))  # the final output, then the first layer's
+    assert torch.equal(rewired.next_hidden(out), first) and torch.equal(deeper.next_hidden(plain), plain)
+
+
+def test_the_runner_feeds_deeper_levels_the_first_layers_output_when_the_head_says_so(llama, llama_eagle3_head):
+    _, head = _rewired(llama_eagle3_head)
+    embed = llama.model.get_input_embeddings()
+    runner = HeadRunner(head.eval(), llama)
+    tokens, aux = torch.arange(3, 9), torch.randn(6, head.feature_size)
+    with torch.inference_mode():
+        root = runner.extend(tokens, aux)
+        runner.begin_tree()
+        child, _ = runner.expand(torch.tensor([11]), root[None], torch.tensor([1]), torch.tensor([-1]))
+        hidden = torch.cat((head.fuse(aux[None]), head.next_hidden(root)[None, None]), dim=1)
+        by_hand = head(embed(torch.cat((tokens, torch.tensor([11])))[None]), hidden, torch.arange(7)[None])[0, -1]
+        runner.end_tree()
+    assert torch.allclose(child[0], by_hand, atol=1e-5)
+
+
+def test_a_head_handing_deeper_levels_its_first_layer_output_reloads_so_and_stays_lossless(tmp_path, llama,
+                                                                                         llama_eagle3_head):
+    _, rewired = _rewired(llama_eagle3_head)
+    head = load_head(save_head(rewired, tmp_path), llama)
+    assert json.loads((tmp_path / "config.json").read_text())["eagle_config"]["draft_hidden"] == "first_layer"
+    assert head.draft_hidden == "first_layer" and torch.equal(outputs(head), outputs(rewired))
+    _assert_lossless(llama, head)
+
+
+def test_only_a_head_with_stacked_layers_can_hand_on_its_first_layers_output(llama_eagle3_head):
+    with pytest.raises(ValueError, match="needs two decoder layers"):
+        with_draft_hidden(llama_eagle3_head, "first_layer")
+    with pytest.raises(ValueError, match="draft_hidden is one of"):
+        with_draft_hidden(deepen(llama_eagle3_head, 2), "middle")
 
 
 def test_a_head_grows_but_never_shrinks_or_passes_the_limit(llama_eagle3_head):
@@ -370,6 +429,10 @@ BROKEN = {
          r"feature layers \[0, 1, 5\]: the target has hidden states 0 to 2"),
         (edit_config(eagle_config={"eagle_aux_hidden_state_layer_ids": "last"}), "must be a list of layer numbers"),
         (edit_config(eagle_config={}), r"feature layers \[2, 1, -1\]"),  # the official choice needs 5+ layers
+        (edit_config(eagle_config={"eagle_aux_hidden_state_layer_ids": [0, 1, 2], "draft_hidden": "first_layer"}),
+         "'first_layer' needs two decoder layers or more"),
+        (edit_config(eagle_config={"eagle_aux_hidden_state_layer_ids": [0, 1, 2], "draft_hidden": 3}),
+         "draft_hidden is one of"),
         (edit_config(num_key_value_heads=3), "4 attention heads cannot share 3 key/value heads"),
         (edit_config(rms_norm_eps="small"), "is not a Llama config a head can be built from"),
         (edit_state(**{"layers.1.input_layernorm.weight": torch.ones(64)}),
