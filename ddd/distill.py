@@ -29,6 +29,7 @@ import torch
 import torch.nn.functional as F
 from transformers import DynamicCache
 
+from .eagle3 import DRAFT_HIDDEN, deepen, new_eagle3_head, seeded_from_target, widen, with_draft_hidden, with_features
 from .training import (DEFAULT_CORPUS, Optimiser, Progress, TrainError, add_machine_arguments, choose_draft_vocab,
                        epoch_batches, length_batches, log_record, read_checkpoint, read_corpus, read_prompts,
                        restore, write_checkpoint)
@@ -369,7 +370,6 @@ def _head(args, target, train: list[Text], state: dict | None):
     """The head to train: the checkpoint's, the --init head (deepened to --head-layers, widened to
     --head-mlp, reading the added --feature-layers too), or a new one over the training texts' vocabulary
     (seeded from the target's top layers with --from-target)."""
-    from .eagle3 import deepen, new_eagle3_head, seeded_from_target, widen, with_draft_hidden, with_features
     from .head import load_head
 
     if state is None and args.init:
@@ -565,7 +565,7 @@ def add_parser(sub) -> None:
     p.add_argument("--from-target", action="store_true",
                    help="a new head's stacked layers, norm and LM head start as copies of the target's top layers, "
                         "final norm and LM head (needs --head-layers 2 or more)")
-    p.add_argument("--draft-hidden", choices=["output", "first_layer"], default=None,
+    p.add_argument("--draft-hidden", choices=DRAFT_HIDDEN, default=None,
                    help="what deeper draft levels read: the head's final output (default) or its first layer's "
                         "output (needs two decoder layers or more; docs/training.md); given with --resume or "
                         "--init, it rewires the head and keeps its weights")

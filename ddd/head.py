@@ -87,7 +87,8 @@ class DraftHead(nn.Module, ABC):
     @abstractmethod
     def forward(self, embeds: torch.Tensor, hidden: torch.Tensor, position_ids: torch.Tensor,
                 attention_mask: torch.Tensor | None = None, cache=None) -> torch.Tensor:
-        """One head step over (batch, seq) positions; the output is what deeper draft levels take as hidden."""
+        """One head step over (batch, seq) positions; `next_hidden` of the output is what deeper draft levels
+        take as hidden."""
 
     def next_hidden(self, out: torch.Tensor) -> torch.Tensor:
         """The part of a step's output that the next draft level takes as its hidden state."""
