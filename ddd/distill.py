@@ -392,10 +392,10 @@ def _head(args, target, train: list[Text], state: dict | None):
         vocab, layers, depth = state["draft_vocab"], state["layers"], state.get("head_layers", 1)
         mlp = state.get("head_mlp")
         # The wiring may change on resume (the weights stay): --draft-hidden says so explicitly.
-        draft_hidden = args.draft_hidden or state.get("draft_hidden", "output")
-        if draft_hidden != state.get("draft_hidden", "output"):
-            print(f"draft hidden: {state.get('draft_hidden', 'output')} until now, {draft_hidden} from here on",
-                  flush=True)
+        trained = state.get("draft_hidden", "output")
+        draft_hidden = args.draft_hidden or trained
+        if draft_hidden != trained:
+            print(f"draft hidden: {trained} until now, {draft_hidden} from here on", flush=True)
     else:
         vocab = draft_vocabulary(train, target.vocab_size, min(args.draft_vocab, target.vocab_size), target.eos_ids())
         layers = _feature_layers(args) if args.feature_layers else None
