@@ -29,7 +29,8 @@ import torch
 import torch.nn.functional as F
 from transformers import DynamicCache
 
-from .eagle3 import DRAFT_HIDDEN, deepen, new_eagle3_head, seeded_from_target, widen, with_draft_hidden, with_features
+from .eagle3 import (DRAFT_HIDDEN, deepen, new_eagle3_head, seeded_from_target, shallower, widen, with_draft_hidden,
+                     with_features)
 from .training import (DEFAULT_CORPUS, Optimiser, Progress, TrainError, add_machine_arguments, choose_draft_vocab,
                        epoch_batches, length_batches, log_record, read_checkpoint, read_corpus, read_prompts,
                        restore, write_checkpoint)
@@ -367,7 +368,7 @@ class Stage:
 
 
 def _head(args, target, train: list[Text], state: dict | None):
-    """The head to train: the checkpoint's, the --init head (deepened to --head-layers, widened to
+    """The head to train: the checkpoint's, the --init head (deepened or cut to --head-layers, widened to
     --head-mlp, reading the added --feature-layers too), or a new one over the training texts' vocabulary
     (seeded from the target's top layers with --from-target)."""
     from .head import load_head
@@ -377,7 +378,9 @@ def _head(args, target, train: list[Text], state: dict | None):
         if head.kind != "eagle3":
             raise TrainError(f"--init {args.init} is an {head.kind} head; distillation trains EAGLE-3 heads.")
         try:
-            if args.head_layers:
+            if args.head_layers and args.head_layers < head.config.num_hidden_layers:
+                head = shallower(head, args.head_layers)
+            elif args.head_layers:
                 head = deepen(head, args.head_layers, seed=args.seed)
             if args.head_mlp:
                 head = widen(head, args.head_mlp, seed=args.seed)
@@ -558,7 +561,8 @@ def add_parser(sub) -> None:
                         "training moves them")
     p.add_argument("--head-layers", type=int, default=0,
                    help="decoder layers of the head (0: as the --init head, else 1); an --init head grows to this "
-                        "many, drafting as before until training moves the new ones")
+                        "many, drafting as before until training moves the new ones, or is cut to it, keeping "
+                        "its first and its top stacked layers")
     p.add_argument("--head-mlp", type=int, default=0,
                    help="MLP channels of the head's decoder layers (0: as the --init head, else the target's); an "
                         "--init head grows to this many, drafting as before until training moves the new ones")

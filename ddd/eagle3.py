@@ -222,6 +222,29 @@ def deepen(head: Eagle3Head, depth: int, seed: int = 0) -> Eagle3Head:
     return grown
 
 
+def shallower(head: Eagle3Head, depth: int) -> Eagle3Head:
+    """`head` cut to `depth` decoder layers: its first layer and the last `depth - 1` of its stacked layers,
+    the ones its norm and LM head read, keep their weights; the stacked layers just after the first go. A
+    draft call then runs fewer layers; the cut head drafts differently (the dropped layers' updates to the
+    residual stream are gone) until training adapts it."""
+    have = head.config.num_hidden_layers
+    if not 1 <= depth < have:
+        raise ValueError(f"The head has {have} decoder layers: it can be cut to 1 to {have - 1}, not {depth}.")
+    _check_draft_hidden(head.draft_hidden, depth)
+    cut = _rebuilt(head, 0, num_hidden_layers=depth)
+    dropped = have - depth
+    state = {}
+    for name, value in head.state_dict().items():
+        if name.startswith("layers."):
+            _, index, rest = name.split(".", 2)
+            if int(index) < dropped:
+                continue
+            name = f"layers.{int(index) - dropped}.{rest}"
+        state[name] = value
+    cut.load_state_dict(state)
+    return cut
+
+
 def widen(head: Eagle3Head, mlp: int, seed: int = 0) -> Eagle3Head:
     """`head` with every decoder layer's MLP grown to `mlp` channels, drafting exactly as before: the added
     channels' gate and up rows start random and their down_proj columns at zero, so they add nothing until

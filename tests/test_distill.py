@@ -144,6 +144,15 @@ def test_a_head_deepened_at_the_start_of_a_stage_starts_where_its_init_stood(tin
     assert load_head(tmp_path / "deep" / "head", load_tiny(tiny_llama_dir)).config.num_hidden_layers == 2
 
 
+def test_a_head_cut_at_the_start_of_a_stage_trains_with_fewer_layers(tiny_llama_dir, corpus, tmp_path):
+    deep = ("--steps", "2", "--eval-every", "100", "--head-layers", "3")
+    assert _distill(tiny_llama_dir, corpus, tmp_path / "deep", *deep) == 0
+    init = ("--init", str(tmp_path / "deep" / "head"), "--eval-every", "100", "--head-layers", "2")
+    assert _distill(tiny_llama_dir, corpus, tmp_path / "cut", *init, "--steps", "2") == 0
+    assert torch.load(tmp_path / "cut" / "ckpt" / "checkpoint.pt", weights_only=False)["head_layers"] == 2
+    assert load_head(tmp_path / "cut" / "head", load_tiny(tiny_llama_dir)).config.num_hidden_layers == 2
+
+
 def test_a_wider_head_trains_from_the_start_and_resumes_at_its_width(tiny_llama_dir, corpus, tmp_path):
     target = load_tiny(tiny_llama_dir)
     wide = 2 * target.model.config.intermediate_size

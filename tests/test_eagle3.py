@@ -11,7 +11,7 @@ from transformers.models.llama.modeling_llama import apply_rotary_pos_emb
 
 from ddd import Eagle3Head, HeadLoadError, RunTrace, generate, load_head, new_eagle3_head, new_head, save_head
 from ddd.drafting import HeadRunner
-from ddd.eagle3 import (MAX_LAYERS, aux_layers_of, deepen, default_aux_layers, seeded_from_target, widen,
+from ddd.eagle3 import (MAX_LAYERS, aux_layers_of, deepen, default_aux_layers, seeded_from_target, shallower, widen,
                         with_draft_hidden)
 from tests.tiny import PROMPTS, TREE_SETTINGS, UNSEEN
 
@@ -295,6 +295,30 @@ def test_a_head_grows_but_never_shrinks_or_passes_the_limit(llama_eagle3_head):
         deepen(deepen(llama_eagle3_head, 3), 2)
     with pytest.raises(ValueError, match=f"to {MAX_LAYERS}, not {MAX_LAYERS + 1}"):
         deepen(llama_eagle3_head, MAX_LAYERS + 1)
+
+
+def test_a_cut_head_keeps_its_first_and_top_stacked_layers_and_stays_lossless(tmp_path, llama, llama_eagle3_head):
+    deep = deepen(llama_eagle3_head, 3)
+    with torch.no_grad():
+        for layer in deep.layers:
+            for name in ("self_attn.o_proj", "mlp.down_proj"):
+                layer.get_submodule(name).weight.normal_(0, 0.02)
+    cut = shallower(deep, 2)
+    assert cut.config.num_hidden_layers == 2 and len(cut.layers) == 1
+    for name, value in deep.layers[1].state_dict().items():
+        assert torch.equal(cut.layers[0].state_dict()[name], value), name
+    assert all(torch.equal(v, deep.midlayer.state_dict()[k]) for k, v in cut.midlayer.state_dict().items())
+    assert not torch.equal(outputs(cut), outputs(deep))  # the dropped layer's update is gone
+    loaded = load_head(save_head(cut, tmp_path), llama)
+    assert loaded.config.num_hidden_layers == 2 and torch.equal(outputs(loaded), outputs(cut))
+    _assert_lossless(llama, loaded)
+
+
+def test_a_head_is_cut_to_fewer_layers_only_and_keeps_a_wiring_its_depth_allows(llama_eagle3_head):
+    with pytest.raises(ValueError, match="can be cut to 1 to 2, not 3"):
+        shallower(deepen(llama_eagle3_head, 3), 3)
+    with pytest.raises(ValueError, match="needs two decoder layers"):
+        shallower(with_draft_hidden(deepen(llama_eagle3_head, 2), "first_layer"), 1)
 
 
 def test_a_widened_head_drafts_as_before_and_loads_at_its_new_width(tmp_path, llama, llama_eagle3_head):
