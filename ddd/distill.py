@@ -36,6 +36,7 @@ from .training import (DEFAULT_CORPUS, Optimiser, Progress, TrainError, add_mach
                        restore, write_checkpoint)
 
 HELDOUT_EVERY = 50  # one prompt in 50 (by a hash of its text) is held out, with every answer to it
+SURE = 0.9  # the target's probability of its first choice above which evaluation also counts a position as sure
 
 
 @dataclass
@@ -134,6 +135,8 @@ class Teacher:
     label_plogp: torch.Tensor  # (N,) sum of p log p: the KL divergence's constant part, once per position
     label_best: torch.Tensor  # (N,) the draft-vocabulary row the target ranks first
     argmax: torch.Tensor | None  # (N,) the target's most likely next token over its whole vocabulary (evaluation)
+    # (N,) where the target gives its first choice at least SURE of its whole vocabulary's probability (evaluation)
+    sure: torch.Tensor | None = None
 
     def rows(self, batch_rows: torch.Tensor, positions: torch.Tensor) -> torch.Tensor:
         rows = self.label_row[batch_rows, positions]
@@ -164,11 +167,12 @@ def teach(target, head, batch: Batch, bf16: bool, argmax: bool = False, temperat
         if argmax:  # evaluation: the whole vocabulary's logits, of which the draft's are a subset
             logits = last @ target.lm_weight.T
             best, draft_logits = logits.argmax(-1), logits[..., vocab].float()
+            sure = logits.float().softmax(-1).amax(-1) >= SURE
         else:
-            best, draft_logits = None, (last @ target.lm_weight[vocab].T).float()
+            best, draft_logits, sure = None, (last @ target.lm_weight[vocab].T).float(), None
     logp = F.log_softmax(draft_logits / temperature, dim=-1)
     p = logp.exp()
-    return Teacher(aux, label_row, p, (p * logp).sum(-1), logp.argmax(-1), best)
+    return Teacher(aux, label_row, p, (p * logp).sum(-1), logp.argmax(-1), best, sure)
 
 
 def level_mask(columns: torch.Tensor, n: int, level: int) -> torch.Tensor:
@@ -200,6 +204,10 @@ class LevelStats:
     answer_loss: list[float] = field(default_factory=list)
     answer_agree: list[float] = field(default_factory=list)
     answer_count: list[int] = field(default_factory=list)
+    # Agreement on answer tokens where the target is sure of its first choice (evaluation): a head that misses
+    # these lacks what the target knows, not a coin flip the target itself barely decides.
+    sure_agree: list[float] = field(default_factory=list)
+    sure_count: list[int] = field(default_factory=list)
 
 
 def position_weights(label_p: torch.Tensor, power: float) -> torch.Tensor:
@@ -275,15 +283,20 @@ def unrolled_loss(head, embed, batch: Batch, teacher: Teacher, levels: int, deca
         stats.answer_count.append(int(on_answer.sum()))
         stats.answer_loss.append(float(divergence[on_answer].detach().mean()) if on_answer.any() else 0.0)
         stats.answer_agree.append(float(agree[on_answer].float().mean()) if on_answer.any() else 0.0)
+        if teacher.sure is not None:
+            on_sure = on_answer & teacher.sure[label]
+            stats.sure_count.append(int(on_sure.sum()))
+            stats.sure_agree.append(float(agree[on_sure].float().mean()) if on_sure.any() else 0.0)
         hidden = head.next_hidden(out)
     return (total / weights if weights else None), stats
 
 
 def evaluate(target, head, batches: list[Batch], levels: int, prefix: int, bf16: bool) -> dict[str, float]:
-    """Held-out loss and top-1 agreement at each level, averaged over positions, and both over answer
-    tokens alone."""
+    """Held-out loss and top-1 agreement at each level, averaged over positions, both over answer tokens
+    alone, and agreement over the answer tokens where the target is sure (`sure_agree`)."""
     loss, agree, count = [0.0] * levels, [0.0] * levels, [0] * levels
     answer_loss, answer_agree, answer_count = [0.0] * levels, [0.0] * levels, [0] * levels
+    sure_agree, sure_count = [0.0] * levels, [0] * levels
     head.eval()
     with torch.no_grad():
         for batch in batches:
@@ -297,6 +310,8 @@ def evaluate(target, head, batches: list[Batch], levels: int, prefix: int, bf16:
                 answer_loss[level] += stats.answer_loss[level] * stats.answer_count[level]
                 answer_agree[level] += stats.answer_agree[level] * stats.answer_count[level]
                 answer_count[level] += stats.answer_count[level]
+                sure_agree[level] += stats.sure_agree[level] * stats.sure_count[level]
+                sure_count[level] += stats.sure_count[level]
     head.train()
     out = {}
     for level in range(levels):
@@ -306,6 +321,8 @@ def evaluate(target, head, batches: list[Batch], levels: int, prefix: int, bf16:
         if answer_count[level]:
             out[f"answer_loss{level + 1}"] = answer_loss[level] / answer_count[level]
             out[f"answer_agree{level + 1}"] = answer_agree[level] / answer_count[level]
+        if sure_count[level]:
+            out[f"sure_agree{level + 1}"] = sure_agree[level] / sure_count[level]
     return out
 
 

@@ -283,6 +283,26 @@ def test_each_level_scores_the_kl_divergence_from_the_targets_distribution_at_it
         assert abs(stats.loss[level] - float(expected.detach())) < 1e-5
 
 
+def test_evaluation_also_scores_agreement_where_the_target_is_sure_of_its_first_choice(llama, monkeypatch):
+    """`sure_agree` counts the answer tokens whose label gives the target's first choice at least SURE of its
+    whole vocabulary's probability; moving the bar moves which positions count."""
+    from ddd.eagle3 import new_eagle3_head
+
+    head = new_eagle3_head(llama, layers=(0, 1, 2), seed=3).float()
+    batch = distill.Batch(torch.tensor([[5, 9, 17, 23, 31, 40, 8]]), torch.tensor([7]), torch.tensor([0]))
+    embed = llama.model.get_input_embeddings()
+    for bar, expected in ((0.0, "all"), (1.01, "none")):
+        monkeypatch.setattr(distill, "SURE", bar)
+        teacher = distill.teach(llama, head, batch, bf16=False, argmax=True)
+        _, stats = distill.unrolled_loss(head, embed, batch, teacher, levels=1, decay=1.0, prefix=0, bf16=False)
+        assert stats.sure_count[0] == (stats.answer_count[0] if expected == "all" else 0)
+        assert stats.sure_agree[0] == (stats.answer_agree[0] if expected == "all" else 0.0)
+    train_teacher = distill.teach(llama, head, batch, bf16=False)
+    _, train_stats = distill.unrolled_loss(head, embed, batch, train_teacher, levels=1, decay=1.0, prefix=0,
+                                           bf16=False)
+    assert train_stats.sure_count == []  # training batches carry no whole-vocabulary labels
+
+
 def test_answers_only_scores_the_answer_tokens_exactly_as_the_whole_texts_pass_does(llama):
     """Levels 2 and deeper then run over each row's answer alone, rows whose answers start at different
     places and end at different lengths; every answer position must come out as it does when every position
