@@ -18,7 +18,7 @@ from typing import Any
 
 from ddd.settings import PRECISIONS, SETTINGS_CLASSES, Sampling, SettingsError, method_settings
 from ddd.metrics import summarize
-from ddd.trace import SCHEMA_VERSION, STATUSES, DraftNode, RunTrace, Step
+from ddd.trace import CHAIN_ENDS, SCHEMA_VERSION, STATUSES, DraftNode, RunTrace, Step
 
 from .race import METHOD_LABELS, RACE_FORMAT, RACE_VERSION, Race, RaceFileError
 from .tokens import excerpt
@@ -315,6 +315,9 @@ class _Checker:
         if bonus is not None:
             self.integer(bonus, f"{where}.bonus_id", 0, BIG_INT)
         self.text(data.get("bonus_text", ""), f"{where}.bonus_text", lim.token_text)
+        chain_end = data.get("chain_end", "")
+        if chain_end != "" and chain_end not in CHAIN_ENDS:  # files made before it was recorded have none
+            raise self.fail(f"{where}.chain_end", f"is {excerpt(chain_end)}, not one of {', '.join(CHAIN_ENDS)}")
         pool = self.items(data.get("pool", []), f"{where}.pool", lim.nodes_per_step)
         self.nodes += len(pool)
         if self.nodes > lim.nodes:

@@ -55,6 +55,20 @@ def encode_prompt(target: Target, prompt: str, chat: bool = True) -> list[int]:
     return ids
 
 
+def chain_end(pool: dict[str, torch.Tensor], last: int, bonus: int, in_draft_vocab: torch.Tensor | None) -> str:
+    """Why the accepted chain ended at pool node `last`, the target adding `bonus` (trace.CHAIN_ENDS). A kept
+    child equal to the bonus would have been accepted (greedy) or was ruled out of it (sampling), so a child
+    equal to it was pruned."""
+    children = pool["parents"] == last
+    if not bool(children.any()):
+        return "tree_end"
+    if bool((pool["tokens"][children] == bonus).any()):
+        return "pruned"
+    if in_draft_vocab is not None and not bool(in_draft_vocab[bonus]):
+        return "outside_vocab"
+    return "not_drafted"
+
+
 def _keep_cache(cache: DynamicCache, past: int, kept: torch.Tensor) -> None:
     """Keep the first `past` entries plus the tree entries `kept` (ascending), contiguously. The kept entries
     move down in place and the rest is cut off as a view (as `DynamicLayer.crop` does): a step copies the
@@ -90,6 +104,11 @@ class Generation:
         self._stop_requested = False
         self._token_text: dict[int, str] = {}
         self._eos = target.eos_ids()
+        self._in_draft_vocab = None
+        draft_vocab = head.draft_to_target() if head is not None else None
+        if draft_vocab is not None:
+            self._in_draft_vocab = torch.zeros(target.vocab_size, dtype=torch.bool, device=draft_vocab.device)
+            self._in_draft_vocab[draft_vocab] = True
         self.trace = RunTrace(
             method=method, settings=settings_dict(self.settings), sampling=settings_dict(self.sampling),
             model=target.name, head=getattr(head, "name", None) if head is not None else None, prompt=prompt,
@@ -266,6 +285,7 @@ class Generation:
         step.bonus_text = self._token(acceptance.bonus)
         tree_index = draft.tree.pool_index.tolist()
         step.accepted_path = [tree_index[i] for i in acceptance.path]
+        step.chain_end = chain_end(draft.pool, step.accepted_path[-1], acceptance.bonus, self._in_draft_vocab)
         if not self.record:
             return
         pool = {k: v.tolist() for k, v in draft.pool.items()}

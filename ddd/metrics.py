@@ -12,7 +12,7 @@ import statistics
 from collections.abc import Iterable, Mapping, Sequence
 from typing import Any
 
-from .trace import Step
+from .trace import CHAIN_ENDS, Step
 
 # Sums that make up a run's counts; None marks a quantity the decoder cannot report (e.g. draft time of
 # a transformers peer), and stays None when pooled with anything.
@@ -30,6 +30,8 @@ COUNT_FIELDS = (
     "verify_ms",
     "other_ms",
     "total_ms",  # prefill included: the wall time of the whole answer
+    # speculative steps by why their accepted chain ended (trace.CHAIN_ENDS)
+    *(f"chain_end_{reason}" for reason in CHAIN_ENDS),
 )
 
 
@@ -51,6 +53,7 @@ def counts_from_steps(steps: Sequence[Step]) -> dict[str, float]:
         "verify_ms": sum(s.verify_ms for s in decode),
         "other_ms": sum(s.other_ms for s in decode),
         "total_ms": sum(s.ms for s in steps),
+        **{f"chain_end_{reason}": sum(s.chain_end == reason for s in decode) for reason in CHAIN_ENDS},
     }
 
 
@@ -73,6 +76,7 @@ def counts_from_wall(new_tokens: int, total_ms: float, forwards: int | None = No
         "verify_ms": None,
         "other_ms": None,
         "total_ms": total_ms,
+        **{f"chain_end_{reason}": None for reason in CHAIN_ENDS},
     }
 
 
@@ -122,6 +126,14 @@ def time_shares(counts: Mapping[str, Any]) -> dict[str, float | None]:
         return {"draft_share": None, "verify_share": None, "other_share": None}
     total = sum(parts)
     return {"draft_share": parts[0] / total, "verify_share": parts[1] / total, "other_share": parts[2] / total}
+
+
+def chain_end_shares(counts: Mapping[str, Any]) -> dict[str, float | None]:
+    """Each reason's share of the speculative steps whose chain end was recorded: which part of the draft
+    (its depth, the rerank, its vocabulary, its guesses) stopped the accepted chains."""
+    ends = [counts.get(f"chain_end_{reason}") for reason in CHAIN_ENDS]
+    total = None if any(n is None for n in ends) else sum(ends)
+    return {f"chain_end_{reason}_share": _ratio(n, total) for reason, n in zip(CHAIN_ENDS, ends)}
 
 
 def derived(counts: Mapping[str, Any]) -> dict[str, float | None]:
@@ -202,6 +214,7 @@ def summarize_group(rows: Sequence[Mapping[str, Any]], reference: Mapping[Any, f
         "acceptance_rate": acceptance_rate(pooled),
         "mean_draft_depth": mean_draft_depth(pooled),
         **time_shares(pooled),
+        **chain_end_shares(pooled),
         "target_forwards": forwards / n if forwards is not None else None,
         "new_tokens": pooled["new_tokens"] / n,
         "prefill_ms": median(r["counts"].get("prefill_ms") for r in rows),

@@ -8,6 +8,9 @@ from collections import OrderedDict
 from pathlib import Path
 from typing import Any
 
+from .trace import CHAIN_ENDS
+
+
 def _fmt(value: Any, kind: str = "f2") -> str:
     if value is None:
         return ""
@@ -30,6 +33,10 @@ OVERALL_COLUMNS = (
 )
 
 
+CHAIN_END_LABELS = {"tree_end": "tree ended there", "pruned": "drafted, pruned",
+                    "outside_vocab": "outside draft vocabulary", "not_drafted": "not among the drafts"}
+
+
 def tables(report: dict[str, Any]) -> list[tuple[str, list[str], list[list[str]]]]:
     """(title, header, rows) of every table, shared by the Markdown and HTML writers."""
     out = []
@@ -49,6 +56,14 @@ def tables(report: dict[str, Any]) -> list[tuple[str, list[str], list[list[str]]
         body = [[cat, *[_fmt(report["by_category"][cat][label].get(key), kind) for label in shown]] for cat in cats]
         body.append(["**all**", *[_fmt(report["overall"][label].get(key), kind) for label in shown]])
         out.append((title, ["category", *shown], body))
+    ended = [label for label in labels
+             if report["overall"][label].get(f"chain_end_{CHAIN_ENDS[0]}_share") is not None]
+    if ended:
+        out.append(("Where the accepted chains ended: the target's next token after the last accepted node "
+                    "(% of speculative steps)",
+                    ["method", *[CHAIN_END_LABELS[r] for r in CHAIN_ENDS]],
+                    [[label, *[_fmt(report["overall"][label].get(f"chain_end_{r}_share"), "pct") for r in CHAIN_ENDS]]
+                     for label in ended]))
     sweep = report.get("sweep")
     if sweep:
         out.append((f"Sweep of {sweep['method']}.{sweep['setting']} (plain: "

@@ -12,6 +12,11 @@ from typing import Any
 
 SCHEMA_VERSION = 1
 STATUSES = ("root", "accepted", "rejected", "pruned")  # of a DraftNode
+# Why a speculative step's accepted chain ended, i.e. where the target's next token (the bonus) was in the draft:
+# no child of the last accepted node was drafted (the tree's depth, or a node the beam did not expand); the
+# token was drafted there but dropped by the rerank; it lies outside the head's draft vocabulary; or the
+# head's top-K children there missed it.
+CHAIN_ENDS = ("tree_end", "pruned", "outside_vocab", "not_drafted")
 
 
 class TraceFileError(ValueError):
@@ -60,6 +65,7 @@ class Step:
     accepted_path: list[int] = field(default_factory=list)  # pool indices from the root
     bonus_id: int | None = None
     bonus_text: str = ""
+    chain_end: str = ""  # one of CHAIN_ENDS for a speculative step
 
     @property
     def ms(self) -> float:

@@ -151,6 +151,7 @@ FILE_CASES: list[tuple[str, Callable[[], bytes], str]] = [
     ("verified-huge", lambda: changed({f"{STEP}.verified": 10**9}), "outside"),
     ("bonus-id-text", lambda: changed({f"{STEP}.bonus_id": "x"}), "whole number"),
     ("bonus-text-list", lambda: changed({f"{STEP}.bonus_text": ["x"]}), "must be text"),
+    ("chain-end-unknown", lambda: changed({f"{STEP}.chain_end": "<b>lost</b>"}), "not one of tree_end"),
     # Draft trees.
     ("pool-string", lambda: changed({POOL: "nodes"}), "must be a list"),
     ("pool-too-big", lambda: changed({POOL: [0] * 40_001}), "at most 40000"),

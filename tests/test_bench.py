@@ -32,9 +32,9 @@ def hand_built_trace():
     return [
         Step(index=0, token_ids=[5], text="", accepted=0, verify_ms=10.0, other_ms=1.0, prefill=True),
         Step(index=1, token_ids=[6, 7, 8], text="", accepted=2, draft_ms=4.0, verify_ms=8.0, other_ms=2.0,
-             draft_calls=3, verified=6),
+             draft_calls=3, verified=6, chain_end="tree_end"),
         Step(index=2, token_ids=[9], text="", accepted=0, draft_ms=6.0, verify_ms=8.0, other_ms=0.0,
-             draft_calls=5, verified=4),
+             draft_calls=5, verified=4, chain_end="not_drafted"),
     ]
 
 
@@ -60,6 +60,19 @@ def test_metrics_of_a_hand_built_trace():
     summary = metrics.summarize(steps)
     for key in ("tau", "acceptance_rate", "mean_draft_depth", "tokens_per_s"):
         assert summary[key] == figures[key], key
+
+
+def test_chain_ends_are_shares_of_the_speculative_steps():
+    counts = metrics.counts_from_steps(hand_built_trace())
+    assert counts["chain_end_tree_end"] == counts["chain_end_not_drafted"] == 1
+    assert counts["chain_end_pruned"] == counts["chain_end_outside_vocab"] == 0
+    shares = metrics.chain_end_shares(counts)
+    assert shares == {"chain_end_tree_end_share": 0.5, "chain_end_pruned_share": 0.0,
+                      "chain_end_outside_vocab_share": 0.0, "chain_end_not_drafted_share": 0.5}
+    plain = metrics.counts_from_steps([hand_built_trace()[0]])
+    assert set(metrics.chain_end_shares(plain).values()) == {None}  # nothing was drafted: no shares, not zeros
+    peer = metrics.counts_from_wall(new_tokens=9, total_ms=300.0, forwards=4)
+    assert set(metrics.chain_end_shares(peer).values()) == {None}
 
 
 def test_plain_decoding_time_is_verification(llama):

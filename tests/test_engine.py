@@ -77,6 +77,33 @@ def test_every_step_emits_its_accepted_path_and_bonus_until_the_budget_cuts_the_
     assert last.accepted == len(last.token_ids) - 1
 
 
+def test_each_speculative_step_records_where_its_accepted_chain_ended(llama, llama_head):
+    """tree_end: nothing was drafted below the last accepted node; pruned: the target's next token was drafted
+    there and dropped by the rerank; not_drafted: the drafts there missed it."""
+    seen = set()
+    for prompt in PROMPTS[:3] + UNSEEN:
+        _, steps = decode(llama, llama_head, prompt, "eagle2", top_k=4, draft_calls=2, total_tokens=8)
+        for step in steps[1:]:
+            children = [n for n in step.pool if n.parent == step.accepted_path[-1]]
+            match = [n for n in children if n.token_id == step.bonus_id]
+            assert step.chain_end == ("tree_end" if not children else "pruned" if match else "not_drafted")
+            assert all(n.status == "pruned" for n in match)
+            seen.add(step.chain_end)
+    assert seen == {"tree_end", "pruned", "not_drafted"}
+
+
+def test_a_chain_ends_outside_the_vocabulary_where_the_target_picks_a_token_the_head_cannot_draft(llama):
+    from ddd.eagle3 import new_eagle3_head
+
+    head = new_eagle3_head(llama, draft_vocab=torch.arange(0, llama.vocab_size, 2), layers=(0, 1, 2))
+    _, steps = decode(llama, head, PROMPTS[0], "eagle2", top_k=4, total_tokens=8)
+    ends = {step.chain_end for step in steps[1:]}
+    assert "outside_vocab" in ends
+    for step in steps[1:]:
+        if step.chain_end in ("outside_vocab", "not_drafted"):
+            assert (step.chain_end == "outside_vocab") == (step.bonus_id % 2 == 1)
+
+
 def test_ancestor_mask_and_positions():
     # root -> a, b; a -> c; c -> d
     tree = DraftTree(tokens=torch.tensor([5, 6, 7, 8, 9]), parents=torch.tensor([-1, 0, 0, 1, 3]),
