@@ -30,12 +30,13 @@ import torch.nn.functional as F
 from transformers import DynamicCache
 
 from .eagle3 import (DRAFT_HIDDEN, deepen, new_eagle3_head, seeded_from_target, shallower, widen, with_draft_hidden,
-                     with_features)
+                     with_features, with_vocab)
 from .training import (DEFAULT_CORPUS, Optimiser, Progress, TrainError, add_machine_arguments, choose_draft_vocab,
                        epoch_batches, length_batches, log_record, read_checkpoint, read_corpus, read_prompts,
                        restore, write_checkpoint)
 
 HELDOUT_EVERY = 50  # one prompt in 50 (by a hash of its text) is held out, with every answer to it
+DRAFT_VOCAB = 16384  # a new head's own vocabulary: 97% of the target's answer tokens (assets/head/README.md)
 SURE = 0.9  # the target's probability of its first choice above which evaluation also counts a position as sure
 
 
@@ -350,13 +351,21 @@ def draft_vocabulary(texts: list[Text], vocab_size: int, size: int, eos: set[int
     return choose_draft_vocab(counts.argsort(descending=True, stable=True), size, eos)
 
 
+def grown_vocabulary(texts: list[Text], have: torch.Tensor, size: int, vocab_size: int) -> torch.Tensor:
+    """`have` plus the training texts' most frequent other tokens, `size` target ids in all (ascending)."""
+    counts = torch.bincount(torch.tensor([i for t in texts for i in t.ids]), minlength=vocab_size)
+    ranking = counts.argsort(descending=True, stable=True)
+    extra = ranking[~torch.isin(ranking, have.cpu())][: max(0, size - have.numel())]
+    return torch.cat((have.cpu(), extra)).sort().values
+
+
 def _check(args) -> None:
-    for name in ("steps", "batch_tokens", "levels", "max_len", "eval_every", "draft_vocab"):
+    for name in ("steps", "batch_tokens", "levels", "max_len", "eval_every"):
         if getattr(args, name) < 1:
             raise TrainError(f"--{name.replace('_', '-')} must be at least 1.")
-    if args.run_steps < 0 or args.eval_levels < 0 or args.head_layers < 0 or args.head_mlp < 0:
-        raise TrainError("--run-steps, --eval-levels, --head-layers and --head-mlp must be 0 (no limit / as trained / as "
-                         "the --init head, else 1) or positive.")
+    if min(args.run_steps, args.eval_levels, args.head_layers, args.head_mlp, args.draft_vocab) < 0:
+        raise TrainError("--run-steps, --eval-levels, --head-layers, --head-mlp and --draft-vocab must be 0 (no limit "
+                         "/ as trained / as the --init head, else the default) or positive.")
     if args.lr <= 0 or args.minutes <= 0 or not 0 < args.decay <= 1 or not 0 < args.score_share <= 1:
         raise TrainError("--lr and --minutes must be positive, --decay and --score-share in (0, 1].")
     if args.layers_lr < 0:
@@ -405,8 +414,15 @@ def _head(args, target, train: list[Text], state: dict | None):
                 head = with_features(head, _feature_layers(args))
             if args.draft_hidden:
                 head = with_draft_hidden(head, args.draft_hidden)
+            if args.draft_vocab and args.draft_vocab < head.draft_vocab_size:
+                raise ValueError(f"the head drafts over {head.draft_vocab_size} tokens: it can grow, not shrink to "
+                                 f"{args.draft_vocab}")
+            if args.draft_vocab:
+                grown = grown_vocabulary(train, head.draft_to_target(), args.draft_vocab, target.vocab_size)
+                head = with_vocab(head, grown, target.lm_weight)
         except ValueError as err:
-            raise TrainError(f"--head-layers / --head-mlp / --feature-layers / --draft-hidden: {err}") from None
+            raise TrainError(f"--head-layers / --head-mlp / --feature-layers / --draft-hidden / --draft-vocab: {err}") \
+                from None
         return head.float().requires_grad_(True)
     if state is not None:
         vocab, layers, depth = state["draft_vocab"], state["layers"], state.get("head_layers", 1)
@@ -417,7 +433,8 @@ def _head(args, target, train: list[Text], state: dict | None):
         if draft_hidden != trained:
             print(f"draft hidden: {trained} until now, {draft_hidden} from here on", flush=True)
     else:
-        vocab = draft_vocabulary(train, target.vocab_size, min(args.draft_vocab, target.vocab_size), target.eos_ids())
+        size = min(args.draft_vocab or DRAFT_VOCAB, target.vocab_size)
+        vocab = draft_vocabulary(train, target.vocab_size, size, target.eos_ids())
         layers = _feature_layers(args) if args.feature_layers else None
         depth, mlp = args.head_layers or 1, args.head_mlp or None
         draft_hidden = args.draft_hidden or "output"
@@ -571,7 +588,9 @@ def add_parser(sub) -> None:
     p.add_argument("--layers-lr", type=float, default=0,
                    help="peak learning rate of the decoder layers after the first (--head-layers), 0: --lr")
     p.add_argument("--clip", type=float, default=0.5, help="gradient-norm clip")
-    p.add_argument("--draft-vocab", type=int, default=16384, help="size of the head's own vocabulary")
+    p.add_argument("--draft-vocab", type=int, default=0,
+                   help=f"size of the head's own vocabulary (0: {DRAFT_VOCAB} for a new head, an --init head's own); an "
+                        "--init head grows to this many, adding the training texts' most frequent other tokens")
     p.add_argument("--feature-layers", default=None,
                    help="comma-separated hidden-state indices the head reads (default: inputs of layers 2, L//2, L-3); "
                         "an --init head keeps its own and reads the added ones too, drafting as before until "

@@ -266,6 +266,35 @@ def widen(head: Eagle3Head, mlp: int, seed: int = 0) -> Eagle3Head:
     return wide
 
 
+def with_vocab(head: Eagle3Head, vocab: torch.Tensor, target_lm: torch.Tensor) -> Eagle3Head:
+    """`head` drafting over `vocab` (target ids, a superset of its own draft vocabulary). Its own rows keep
+    their weights; each new row starts as the target's LM-head row for that token through the linear map
+    that best carries the target's rows of the shared tokens onto the head's (least squares). The head's own
+    space is not the target's, so these rows rank low until training moves them (docs/training.md,
+    "Growing the draft vocabulary"), and greedy drafting is nearly as before."""
+    have = head.draft_to_target()
+    vocab = torch.as_tensor(vocab, dtype=torch.long, device=have.device).unique()
+    if not bool(torch.isin(have, vocab).all()):
+        raise ValueError(f"The head drafts over {have.numel()} tokens: a new draft vocabulary must keep every one of "
+                         "them.")
+    if vocab.numel() == have.numel():
+        return head
+    if int(vocab.max()) >= target_lm.shape[0]:
+        raise ValueError(f"The new draft vocabulary names token {int(vocab.max())}; the target has "
+                         f"{target_lm.shape[0]}.")
+    old = head.lm_head.weight.detach().float()
+    source = target_lm.detach().float().to(old.device)
+    carry = torch.linalg.lstsq(source[have], old).solution  # (H_target, H_head)
+    rows = source[vocab] @ carry
+    rows[torch.searchsorted(vocab, have)] = old
+    grown = Eagle3Head(copy.deepcopy(head.config), head.aux_layers, d2t_of(vocab), head.draft_hidden)
+    grown = grown.to(device=old.device, dtype=head.fc.weight.dtype)
+    state = head.state_dict()
+    state["lm_head.weight"] = rows.to(head.lm_head.weight.dtype)
+    grown.load_state_dict(state)
+    return grown
+
+
 def _rebuilt(head: Eagle3Head, seed: int, layers: tuple[int, ...] | None = None, **config: Any) -> Eagle3Head:
     """A new random head shaped like `head` but for the `config` fields given, on its device and dtype."""
     grown = copy.deepcopy(head.config)

@@ -164,6 +164,22 @@ def test_a_wider_head_trains_from_the_start_and_resumes_at_its_width(tiny_llama_
     assert load_head(tmp_path / "wide" / "head", target).config.intermediate_size == wide
 
 
+def test_a_head_grown_to_a_larger_draft_vocabulary_trains_and_resumes_at_its_size(tiny_llama_dir, corpus, tmp_path,
+                                                                                   capsys):
+    assert _distill(tiny_llama_dir, corpus, tmp_path / "one", "--steps", "2", "--eval-every", "100") == 0
+    target = load_tiny(tiny_llama_dir)
+    before = load_head(tmp_path / "one" / "head", target).draft_to_target()
+    init = ("--init", str(tmp_path / "one" / "head"), "--eval-every", "100", "--steps", "3")
+    assert _distill(tiny_llama_dir, corpus, tmp_path / "cut", *init, "--draft-vocab", "32") == 2
+    assert "over 64 tokens: it can grow, not shrink to 32" in capsys.readouterr().err
+    assert _distill(tiny_llama_dir, corpus, tmp_path / "grown", *init, "--draft-vocab", "96", "--run-steps", "2") == 0
+    assert _distill(tiny_llama_dir, corpus, tmp_path / "grown", *init, "--draft-vocab", "96", "--resume") == 0
+    state = torch.load(tmp_path / "grown" / "ckpt" / "checkpoint.pt", weights_only=False)
+    assert state["draft_vocab"].numel() == 96 and state["progress"]["step"] == 3
+    after = load_head(tmp_path / "grown" / "head", target).draft_to_target()
+    assert after.numel() == 96 and bool(torch.isin(before, after).all())
+
+
 def test_a_head_seeded_from_the_target_trains_and_resumes_with_its_trained_weights(tiny_llama_dir, corpus, tmp_path):
     args = ("--steps", "12", "--eval-every", "4", "--head-layers", "2", "--from-target")
     assert _distill(tiny_llama_dir, corpus, tmp_path, *args, "--run-steps", "4") == 0

@@ -12,8 +12,8 @@ from transformers.models.llama.modeling_llama import apply_rotary_pos_emb
 from ddd import Eagle3Head, HeadLoadError, RunTrace, generate, load_head, new_eagle3_head, new_head, save_head
 from ddd.drafting import HeadRunner
 from ddd.eagle3 import (MAX_LAYERS, aux_layers_of, deepen, default_aux_layers, seeded_from_target, shallower, widen,
-                        with_draft_hidden)
-from tests.tiny import PROMPTS, TREE_SETTINGS, UNSEEN
+                        with_draft_hidden, with_vocab)
+from tests.tiny import PROMPTS, TREE_SETTINGS, UNSEEN, fit_eagle3_head
 
 LAYERS = (0, 1, 2)  # the tiny models have two layers: too few for the official choice
 PUBLISHED_KEYS = {
@@ -331,6 +331,25 @@ def test_a_widened_head_drafts_as_before_and_loads_at_its_new_width(tmp_path, ll
     assert loaded.config.intermediate_size == 3 * have and torch.equal(outputs(loaded), outputs(wider))
     with pytest.raises(ValueError, match="can grow, not shrink"):
         widen(wider, have)
+
+
+def test_a_head_grown_to_a_larger_draft_vocabulary_keeps_its_rows_and_stays_lossless(tmp_path, llama):
+    keep = torch.arange(0, llama.vocab_size, 2)
+    head = fit_eagle3_head(llama, steps=60, draft_vocab=keep)
+    grown = with_vocab(head, torch.cat((keep, torch.tensor([1, 7, 11]))), llama.lm_weight)
+    assert torch.equal(grown.draft_to_target(), torch.cat((keep, torch.tensor([1, 7, 11]))).sort().values)
+    rows = torch.searchsorted(grown.draft_to_target(), keep)
+    # its own rows draft as before (a wider product may round differently in the last place)
+    torch.testing.assert_close(outputs(grown)[..., rows], outputs(head), rtol=1e-5, atol=1e-5)
+    loaded = load_head(save_head(grown, tmp_path), llama)
+    assert loaded.draft_vocab_size == keep.numel() + 3 and torch.equal(outputs(loaded), outputs(grown))
+    _assert_lossless(llama, loaded)
+
+
+def test_a_grown_draft_vocabulary_keeps_every_token_of_the_old(llama):
+    head = new_eagle3_head(llama, draft_vocab=torch.arange(0, llama.vocab_size, 2), layers=LAYERS)
+    with pytest.raises(ValueError, match="must keep every one"):
+        with_vocab(head, torch.arange(1, llama.vocab_size, 2), llama.lm_weight)
 
 
 def test_reduced_draft_vocabulary_maps_to_target_ids(tmp_path, llama):
