@@ -368,8 +368,8 @@ def _check(args) -> None:
                          "/ as trained / as the --init head, else the default) or positive.")
     if args.lr <= 0 or args.minutes <= 0 or not 0 < args.decay <= 1 or not 0 < args.score_share <= 1:
         raise TrainError("--lr and --minutes must be positive, --decay and --score-share in (0, 1].")
-    if args.layers_lr < 0:
-        raise TrainError("--layers-lr must be positive (or 0: the same as --lr).")
+    if args.layers_lr < 0 or args.lm_lr < 0:
+        raise TrainError("--layers-lr and --lm-lr must be positive (or 0: the same as --lr).")
     if not 0 <= args.confidence_weight <= 4:
         raise TrainError("--confidence-weight must be in [0, 4] (0: every position counts the same).")
     if not 0.05 <= args.label_temperature <= 1:
@@ -478,7 +478,7 @@ def _stage(args, state: dict | None) -> Stage:
                "score_share": args.score_share, "answers_only": args.answers_only,
                "label_temperature": args.label_temperature, "confidence_weight": args.confidence_weight,
                "lr": args.lr,
-               "layers_lr": args.layers_lr or args.lr,
+               "layers_lr": args.layers_lr or args.lr, "lm_lr": args.lm_lr or args.lr,
                "batch_tokens": args.batch_tokens, "max_len": args.max_len, "bf16": args.bf16, "init": args.init,
                "head_layers": head.config.num_hidden_layers, "head_mlp": head.config.intermediate_size,
                "from_target": args.from_target, "draft_hidden": head.draft_hidden}
@@ -496,7 +496,8 @@ def cmd_distill(args) -> int:
     stage = _stage(args, state)
     head, target = stage.head, stage.target
     optimiser = Optimiser(head, args.lr, args.steps, max(1, args.steps // 50), args.clip,
-                          prefix_lr={"layers.": args.layers_lr} if args.layers_lr else None)
+                          prefix_lr={prefix: rate for prefix, rate in (("layers.", args.layers_lr), ("lm_head.", args.lm_lr))
+                                     if rate})
     if state is None:
         torch.manual_seed(args.seed)  # which positions each level scores: the same draws whole or resumed
     progress = restore(state, head, optimiser) if state is not None else Progress()
@@ -587,6 +588,9 @@ def add_parser(sub) -> None:
     p.add_argument("--lr", type=float, default=1e-3)
     p.add_argument("--layers-lr", type=float, default=0,
                    help="peak learning rate of the decoder layers after the first (--head-layers), 0: --lr")
+    p.add_argument("--lm-lr", type=float, default=0,
+                   help="peak learning rate of the head's LM head, 0: --lr (the new rows of a grown --draft-vocab start "
+                        "far from their place)")
     p.add_argument("--clip", type=float, default=0.5, help="gradient-norm clip")
     p.add_argument("--draft-vocab", type=int, default=0,
                    help=f"size of the head's own vocabulary (0: {DRAFT_VOCAB} for a new head, an --init head's own); an "

@@ -169,13 +169,15 @@ def test_a_head_grown_to_a_larger_draft_vocabulary_trains_and_resumes_at_its_siz
     assert _distill(tiny_llama_dir, corpus, tmp_path / "one", "--steps", "2", "--eval-every", "100") == 0
     target = load_tiny(tiny_llama_dir)
     before = load_head(tmp_path / "one" / "head", target).draft_to_target()
-    init = ("--init", str(tmp_path / "one" / "head"), "--eval-every", "100", "--steps", "3")
+    init = ("--init", str(tmp_path / "one" / "head"), "--eval-every", "100", "--steps", "3", "--lm-lr", "3e-2")
     assert _distill(tiny_llama_dir, corpus, tmp_path / "cut", *init, "--draft-vocab", "32") == 2
     assert "over 64 tokens: it can grow, not shrink to 32" in capsys.readouterr().err
     assert _distill(tiny_llama_dir, corpus, tmp_path / "grown", *init, "--draft-vocab", "96", "--run-steps", "2") == 0
     assert _distill(tiny_llama_dir, corpus, tmp_path / "grown", *init, "--draft-vocab", "96", "--resume") == 0
     state = torch.load(tmp_path / "grown" / "ckpt" / "checkpoint.pt", weights_only=False)
     assert state["draft_vocab"].numel() == 96 and state["progress"]["step"] == 3
+    # the LM head, new rows and all, trains at its own peak rate (--lm-lr), the rest at --lr
+    assert sorted(g["initial_lr"] for g in state["optimiser"]["optimizer"]["param_groups"]) == [3e-3, 3e-2]
     after = load_head(tmp_path / "grown" / "head", target).draft_to_target()
     assert after.numel() == 96 and bool(torch.isin(before, after).all())
 
