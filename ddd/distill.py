@@ -345,16 +345,20 @@ def _texts(args, target, cache_dir: Path) -> list[Text]:
     return texts
 
 
+def _by_frequency(texts: list[Text], vocab_size: int) -> torch.Tensor:
+    """Every target id, the training texts' most frequent first."""
+    counts = torch.bincount(torch.tensor([i for t in texts for i in t.ids]), minlength=vocab_size)
+    return counts.argsort(descending=True, stable=True)
+
+
 def draft_vocabulary(texts: list[Text], vocab_size: int, size: int, eos: set[int]) -> torch.Tensor:
     """The `size` most frequent target tokens of the training texts, always with the end-of-turn tokens."""
-    counts = torch.bincount(torch.tensor([i for t in texts for i in t.ids]), minlength=vocab_size)
-    return choose_draft_vocab(counts.argsort(descending=True, stable=True), size, eos)
+    return choose_draft_vocab(_by_frequency(texts, vocab_size), size, eos)
 
 
 def grown_vocabulary(texts: list[Text], have: torch.Tensor, size: int, vocab_size: int) -> torch.Tensor:
     """`have` plus the training texts' most frequent other tokens, `size` target ids in all (ascending)."""
-    counts = torch.bincount(torch.tensor([i for t in texts for i in t.ids]), minlength=vocab_size)
-    ranking = counts.argsort(descending=True, stable=True)
+    ranking = _by_frequency(texts, vocab_size)
     extra = ranking[~torch.isin(ranking, have.cpu())][: max(0, size - have.numel())]
     return torch.cat((have.cpu(), extra)).sort().values
 
@@ -414,10 +418,10 @@ def _head(args, target, train: list[Text], state: dict | None):
                 head = with_features(head, _feature_layers(args))
             if args.draft_hidden:
                 head = with_draft_hidden(head, args.draft_hidden)
-            if args.draft_vocab and args.draft_vocab < head.draft_vocab_size:
-                raise ValueError(f"the head drafts over {head.draft_vocab_size} tokens: it can grow, not shrink to "
-                                 f"{args.draft_vocab}")
             if args.draft_vocab:
+                if args.draft_vocab < head.draft_vocab_size:
+                    raise ValueError(f"the head drafts over {head.draft_vocab_size} tokens: it can grow, not shrink "
+                                     f"to {args.draft_vocab}")
                 grown = grown_vocabulary(train, head.draft_to_target(), args.draft_vocab, target.vocab_size)
                 head = with_vocab(head, grown, target.lm_weight)
         except ValueError as err:
