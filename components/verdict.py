@@ -160,15 +160,12 @@ def verdict(traces: Mapping[str, RunTrace], reference: str = "plain") -> Verdict
     fastest = max(standings, key=lambda s: s.speedup)
     leaders = [fastest.name]
     # Ties chain: a run too close to call against any leader leads too (identical decoders measured 0.96x and
-    # 1.01x of a third are each a tie with it, though the two intervals may just miss each other).
-    grew = True
-    while grew:
-        grew = False
+    # 1.01x of a third are each a tie with it, though the two intervals may just miss each other). The list grows
+    # while it is walked, so each pair is compared once.
+    for lead in leaders:
         for s in standings:
-            if s.name not in leaders and (not decided or any(
-                    too_close(*speed_ratio(traces[lead], traces[s.name])) for lead in leaders)):
+            if s.name not in leaders and (not decided or too_close(*speed_ratio(traces[lead], traces[s.name]))):
                 leaders.append(s.name)
-                grew = True
     return Verdict(reference, standings, leaders, decided, _headline(standings, leaders, decided), _why(standings))
 
 
