@@ -3,8 +3,8 @@
 The best budget is a trade between how many tokens a step accepts and what the step costs, and on a
 CPU the cost of verifying n tokens grows fast with n. `auto_budget` measures both at start-up:
 
-1. costs: it times the target's forward over n new tokens and its LM head over n rows for a few n,
-   and plain decoding steps;
+1. costs: after a context of CONTEXT_TOKENS it times the target verifying n tokens and its LM head over
+   n rows for a few n, and a plain decoding forward;
 2. acceptance: it decodes two calibration prompts with a generous EAGLE-2 tree (greedy) and keeps each
    step's pool. Under greedy verification the accepted path is the chain of the target's own tokens,
    so for any smaller budget (fewer draft calls = the pool's shallower levels; fewer tokens = what
@@ -17,7 +17,9 @@ from __future__ import annotations
 
 import statistics
 import time
+from collections.abc import Callable
 from dataclasses import dataclass, field
+from functools import partial
 
 import torch
 from transformers import DynamicCache
@@ -27,7 +29,7 @@ from .head import DraftHead
 from .models import Target
 from .settings import DDDSettings, Eagle2Settings, SettingsError
 from .trace import Step
-from .tree import rerank
+from .tree import DraftTree, rerank
 
 # One prose and one code prompt; none of them is a benchmark question.
 CALIBRATION_PROMPTS = (
@@ -35,6 +37,10 @@ CALIBRATION_PROMPTS = (
     "Write a short Python function that computes the gear ratio from the teeth on two sprockets.",
 )
 SIZES = (1, 2, 4, 8, 16, 32, 64)
+# The context the forwards are timed after. On a CPU the extra cost of each verified token grows with the
+# context (its attention reads every cached token), so timings after a bare calibration prompt (about 30
+# tokens) made verification look cheaper than in answers to real questions (README.md, "Choosing a budget").
+CONTEXT_TOKENS = 256
 TOKEN_BUDGETS = (2, 3, 4, 5, 6, 8, 10, 12, 16, 20, 24, 32, 48, 64)
 
 
@@ -54,11 +60,11 @@ def interpolate(table: dict[int, float], n: int) -> float:
 class Costs:
     """Measured milliseconds on this machine."""
 
-    forward_ms: dict[int, float]  # target forward (no LM head) over n new tokens after the calibration prompt
+    forward_ms: dict[int, float]  # target forward (no LM head) verifying n tokens after CONTEXT_TOKENS
     lm_ms: dict[int, float]  # the target's LM head on n rows
     draft_call_ms: float  # one draft call, from the calibration run
     other_ms: float  # per-step bookkeeping of a speculative step, from the calibration run
-    plain_ms: float  # one whole plain decoding step, measured
+    plain_ms: float  # one whole plain decoding step at the same context
 
     def step_ms(self, verified: int, draft_calls: int, lm_rows: list[int]) -> float:
         """lm_rows: the sizes of the LM-head calls greedy acceptance makes (see accept_greedy)."""
@@ -102,27 +108,45 @@ def _ms(fn, repeats: int) -> float:
     return statistics.median(times)
 
 
+@dataclass
+class Timings:
+    forward_ms: dict[int, float]  # the target verifying n tokens (a chain, with the tree mask), no LM head
+    lm_ms: dict[int, float]  # the target's LM head on n rows
+    plain_forward_ms: float  # one plain decoding forward (one token, no mask), no LM head
+
+
 @torch.inference_mode()
-def time_target(target: Target, prompt: str = CALIBRATION_PROMPTS[0], sizes=SIZES,
-                repeats: int = 3) -> tuple[dict[int, float], dict[int, float]]:
-    """Forward time over n new tokens after `prompt`, and LM-head time on n rows, for each n in `sizes`."""
+def time_target(target: Target, prompt: str = CALIBRATION_PROMPTS[0], sizes=SIZES, repeats: int = 7,
+                context: int = CONTEXT_TOKENS) -> Timings:
+    """Forward times after `context` cached tokens (the prompt's ids repeated; what the tokens say does not
+    change the cost): verifying n tokens for each n in `sizes` as the engine does, one plain forward, and the
+    LM head on n rows. Each round times every size once and the median round counts, so that a shared
+    machine's drift reaches all sizes alike."""
     model = target.model
-    ids = torch.tensor([encode_prompt(target, prompt, True)], device=target.device)
+    prompt_ids = encode_prompt(target, prompt, True)
+    length = max(1, min(context, target.context_limit - max(sizes) - 1))
+    ids = torch.tensor([(prompt_ids * (length // len(prompt_ids) + 1))[:length]], device=target.device)
     cache = DynamicCache(config=model.config)
     hidden = model.model(input_ids=ids, cache=cache, use_cache=True).last_hidden_state[0]
-    forward_ms, lm_ms = {}, {}
+
+    def forward(n: int, **inputs) -> None:
+        model.model(**inputs, cache=cache, use_cache=True)
+        cache.crop(-n)
+
+    jobs: dict[tuple[str, int], Callable[[], None]] = {("plain", 1): partial(forward, 1, input_ids=ids[:, -1:])}
     for n in sizes:
-        new = ids[:, -1:].expand(1, n).contiguous()
-
-        def forward():
-            model.model(input_ids=new, cache=cache, use_cache=True)
-            cache.crop(-n)
-
-        forward()  # warm-up
-        forward_ms[n] = _ms(forward, repeats)
-        rows = hidden[-1:].expand(n, -1).contiguous()
-        lm_ms[n] = _ms(lambda: model.lm_head(rows), repeats)
-    return forward_ms, lm_ms
+        tree = DraftTree.chain(ids[0, -1:].expand(n).contiguous())
+        jobs["verify", n] = partial(forward, n, input_ids=tree.tokens[None], position_ids=(length + tree.depths)[None],
+                                    attention_mask=tree.attention_mask(length, model.dtype))
+        jobs["lm", n] = partial(model.lm_head, hidden[-1:].expand(n, -1).contiguous())
+    times: dict[tuple[str, int], list[float]] = {key: [] for key in jobs}
+    for round_ in range(repeats + 1):  # the first round warms up
+        for key, job in jobs.items():
+            ms = _ms(job, 1)
+            if round_:
+                times[key].append(ms)
+    median = {key: statistics.median(values) for key, values in times.items()}
+    return Timings({n: median["verify", n] for n in sizes}, {n: median["lm", n] for n in sizes}, median["plain", 1])
 
 
 def accepted_within(step: Step, keep: set[int]) -> int:
@@ -194,21 +218,23 @@ def plan(steps: list[Step], costs: Costs, top_k: int, max_calls: int, max_tokens
 
 def auto_budget(target: Target, head: DraftHead, *, prompts: tuple[str, ...] = CALIBRATION_PROMPTS,
                 new_tokens: int = 32, top_k: int = 8, max_calls: int = 8, max_tokens: int = 64,
-                repeats: int = 3) -> BudgetReport:
+                repeats: int = 7) -> BudgetReport:
     """Measure this machine and return the fastest EAGLE-2 and DDD settings it predicts (greedy decoding)."""
     Eagle2Settings(top_k=top_k, draft_calls=max_calls, total_tokens=max_tokens).validate(head.draft_vocab_size)
     if new_tokens < 2:
         raise SettingsError(f"new_tokens must be at least 2 (a calibration step and the one after), not {new_tokens}.")
-    forward_ms, lm_ms = time_target(target, prompts[0], repeats=repeats)
-    plain = [s for s in generate(target, None, prompts[0], "plain", max_new_tokens=16, record=False) if not s.prefill]
-    plain_ms = statistics.median(s.verify_ms + s.other_ms for s in plain)
+    timings = time_target(target, prompts[0], repeats=repeats)
+    # A plain step as the engine takes it, at the context the forwards were timed after: one forward, the LM
+    # head on one row, and the step's bookkeeping as measured on a few real plain steps.
+    plain = [s for s in generate(target, None, prompts[0], "plain", max_new_tokens=8, record=False) if not s.prefill]
+    plain_ms = timings.plain_forward_ms + timings.lm_ms[1] + statistics.median(s.other_ms for s in plain)
     steps: list[Step] = []
     for prompt in prompts:
         run = [s for s in generate(target, head, prompt, "eagle2", max_new_tokens=new_tokens, top_k=top_k,
                                    draft_calls=max_calls, total_tokens=max_tokens) if not s.prefill]
         steps += run[:-1] or run  # the last step may be cut short by the token limit or the end of turn
     costs = Costs(
-        forward_ms=forward_ms, lm_ms=lm_ms,
+        forward_ms=timings.forward_ms, lm_ms=timings.lm_ms,
         draft_call_ms=statistics.median(s.draft_ms / max(1, s.draft_calls) for s in steps),
         other_ms=statistics.median(s.other_ms for s in steps), plain_ms=plain_ms,
     )

@@ -231,12 +231,9 @@ class Generation:
 
     def _verify(self, cache: DynamicCache, tree: DraftTree, past: int) -> tuple[torch.Tensor, torch.Tensor]:
         """One target forward over the whole tree: each node sees the prefix, its ancestors and itself."""
-        dtype = self.target.model.dtype
-        n = len(tree)
-        visible = torch.cat((torch.ones(n, past, dtype=torch.bool, device=tree.tokens.device), tree.ancestor_mask()), 1)
-        mask = torch.zeros(visible.shape, dtype=dtype, device=visible.device).masked_fill_(~visible, torch.finfo(dtype).min)
-        return self._forward(input_ids=tree.tokens[None], attention_mask=mask[None, None],
-                             position_ids=(past + tree.depths)[None], cache=cache, use_cache=True)
+        mask = tree.attention_mask(past, self.target.model.dtype)
+        return self._forward(input_ids=tree.tokens[None], attention_mask=mask, position_ids=(past + tree.depths)[None],
+                             cache=cache, use_cache=True)
 
     def _accept(self, draft: Draft, logits: TreeLogits, generator: torch.Generator) -> Acceptance:
         if self.sampling.greedy:

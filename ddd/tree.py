@@ -92,3 +92,19 @@ class DraftTree:
             rows = (self.depths == depth).nonzero().squeeze(1)
             mask[rows] |= mask[self.parents[rows]]
         return mask
+
+    def attention_mask(self, past: int, dtype: torch.dtype) -> torch.Tensor:
+        """(1, 1, n, past + n) additive mask for verifying the tree after `past` cached tokens: each node sees
+        the prefix, its ancestors and itself."""
+        n = len(self)
+        visible = torch.cat((torch.ones(n, past, dtype=torch.bool, device=self.tokens.device), self.ancestor_mask()), 1)
+        mask = torch.zeros(visible.shape, dtype=dtype, device=visible.device)
+        return mask.masked_fill_(~visible, torch.finfo(dtype).min)[None, None]
+
+    @classmethod
+    def chain(cls, tokens: torch.Tensor) -> "DraftTree":
+        """A tree that is one path (each token the child of the one before): what verifying n tokens costs
+        barely depends on the tree's shape, so the budget times these."""
+        n = tokens.numel()
+        index = torch.arange(n, device=tokens.device)
+        return cls(tokens, index - 1, index, index)

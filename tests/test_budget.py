@@ -1,7 +1,7 @@
 """The automatic budget: its predictions of what smaller trees accept are exact under greedy decoding."""
 import pytest
 
-from ddd.budget import kept_nodes, accepted_within, auto_budget, ddd_depth, interpolate, lm_rows
+from ddd.budget import accepted_within, auto_budget, ddd_depth, interpolate, kept_nodes, lm_rows, time_target
 from ddd.engine import generate
 from tests.tiny import PROMPTS
 
@@ -62,3 +62,20 @@ def test_auto_budget_returns_valid_settings_for_both_methods(llama, llama_head):
         best = report.best(method)
         assert best.tau >= 1 and best.speedup > 0
     assert report.ddd.check_steps == "all"
+
+
+def test_forwards_are_timed_after_the_asked_context_within_the_models_limit(llama, monkeypatch):
+    contexts = []
+    original = llama.model.model.forward
+
+    def spy(*args, **kwargs):
+        contexts.append(kwargs["cache"].get_seq_length())
+        return original(*args, **kwargs)
+
+    monkeypatch.setattr(llama.model.model, "forward", spy)
+    timings = time_target(llama, PROMPTS[0], sizes=(1, 4), repeats=1, context=100)
+    assert set(contexts[1:]) == {100}  # the first forward reads the context itself
+    assert set(timings.forward_ms) == {1, 4} and timings.plain_forward_ms > 0
+    contexts.clear()
+    time_target(llama, PROMPTS[0], sizes=(1, 4), repeats=1, context=10**6)
+    assert set(contexts[1:]) == {llama.context_limit - 5}

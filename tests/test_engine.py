@@ -113,6 +113,21 @@ def test_ancestor_mask_and_positions():
     assert [set(torch.nonzero(row).flatten().tolist()) for row in mask] == expected
 
 
+def test_attention_mask_shows_each_node_the_prefix_and_its_ancestors():
+    tree = DraftTree(tokens=torch.tensor([5, 6, 7]), parents=torch.tensor([-1, 0, 0]),
+                     depths=torch.tensor([0, 1, 1]), pool_index=torch.arange(3))
+    visible = tree.attention_mask(past=2, dtype=torch.float32)[0, 0] == 0
+    assert visible.tolist() == [[True, True, True, False, False],
+                                [True, True, True, True, False],
+                                [True, True, True, False, True]]
+
+
+def test_a_chain_is_one_path():
+    chain = DraftTree.chain(torch.tensor([4, 3, 2]))
+    assert chain.parents.tolist() == [-1, 0, 1] and chain.depths.tolist() == [0, 1, 2]
+    assert chain.ancestor_mask().tolist() == torch.ones(3, 3, dtype=torch.bool).tril().tolist()
+
+
 def test_verify_positions_are_prefix_plus_depth(llama, llama_head, monkeypatch):
     seen = []
     original = llama.model.model.forward
