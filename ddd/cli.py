@@ -1,5 +1,5 @@
-"""Command line: `python -m ddd generate --method ddd "prompt"` streams the answer, then the summary;
-`python -m ddd budget` measures this machine and prints the fastest EAGLE-2 and DDD settings."""
+"""Command line: `python -m ddd generate --method ddd "prompt"` streams the answer, then the summary.
+(`python -m ddd.bench.budget` measures this machine and prints the fastest EAGLE-2 and DDD settings.)"""
 from __future__ import annotations
 
 import argparse
@@ -31,7 +31,7 @@ def build_parser() -> argparse.ArgumentParser:
     gen = sub.add_parser("generate", help="decode one prompt and print the summary metrics")
     gen.add_argument("prompt")
     gen.add_argument("--method", choices=METHODS, default="ddd")
-    _model_arguments(gen)
+    model_arguments(gen)
     gen.add_argument("--attn", choices=("sdpa", "eager"), default="sdpa")
     gen.add_argument("--max-new-tokens", type=int, default=128)
     gen.add_argument("--temperature", type=float, default=0.0, help="0 = greedy")
@@ -43,17 +43,10 @@ def build_parser() -> argparse.ArgumentParser:
                      help="a method setting, e.g. --set threshold=-0.5 --set check_steps=all (repeatable)")
     gen.add_argument("--save", default=None, help="write the run's trace to this JSON file")
 
-    bud = sub.add_parser("budget", help="time this machine and predict the fastest EAGLE-2 and DDD settings")
-    _model_arguments(bud)
-    bud.add_argument("--top-k", type=int, default=8, help="tree width (kept fixed)")
-    bud.add_argument("--max-calls", type=int, default=8, help="deepest tree tried (draft calls)")
-    bud.add_argument("--max-tokens", type=int, default=64, help="largest verify budget tried")
-    bud.add_argument("--new-tokens", type=int, default=32, help="tokens decoded per calibration prompt")
-    bud.add_argument("--show", type=int, default=5, help="candidates listed per method")
     return parser
 
 
-def _model_arguments(parser: argparse.ArgumentParser) -> None:
+def model_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--model", default=None, help="local directory or hub id (default: embedded SmolLM2-135M-Instruct)")
     parser.add_argument("--head", default=None, help="draft head directory, or 'random' (default: the shipped head)")
     parser.add_argument("--dtype", choices=list(DTYPES), default="float32")
@@ -81,8 +74,6 @@ def main(argv: list[str] | None = None) -> int:
     parser = build_parser()
     args = parser.parse_args(argv)
     try:
-        if args.command == "budget":
-            return _budget(args)
         target = load_target(args.model, dtype=args.dtype, device=args.device, attn=args.attn)
         head = None
         if args.method != "plain":
@@ -104,29 +95,3 @@ def main(argv: list[str] | None = None) -> int:
         parser.exit(2, f"error: {err}\n")
     return 0
 
-
-def _budget(args) -> int:
-    from .budget import auto_budget
-
-    target = load_target(args.model, dtype=args.dtype, device=args.device)
-    head, note = resolve_head(args.head, target)
-    if note:
-        print(f"note: {note}", file=sys.stderr)
-    print("measuring (forward timings, plain steps, greedy calibration runs)...", file=sys.stderr, flush=True)
-    report = auto_budget(target, head, top_k=args.top_k, max_calls=args.max_calls, max_tokens=args.max_tokens,
-                         new_tokens=args.new_tokens)
-    c = report.costs
-    for label, table in (("target forward", c.forward_ms), ("LM head", c.lm_ms)):
-        print(f"{label} ms by rows  " + ", ".join(f"{n}: {ms:.0f}" for n, ms in sorted(table.items())))
-    print(f"draft call {c.draft_call_ms:.1f} ms; step bookkeeping {c.other_ms:.1f} ms; "
-          f"plain step {c.plain_ms:.1f} ms; {report.calibration_steps} calibration steps")
-    for method in ("eagle2", "ddd"):
-        ranked = sorted((x for x in report.candidates if x.method == method), key=lambda x: -x.speedup)
-        print(f"\n{method}: predicted speedup vs plain, tau, ms per step")
-        for cand in ranked[: args.show]:
-            shown = " ".join(f"{k}={v}" for k, v in cand.settings.items())
-            print(f"  {cand.speedup:5.2f}x  tau {cand.tau:4.2f}  {cand.step_ms:6.1f} ms  {shown}")
-    print("\nbest, as settings:")
-    for method in ("eagle2", "ddd"):
-        print(f"  {method}: " + " ".join(f"--set {k}={v}" for k, v in report.best(method).settings.items()))
-    return 0

@@ -135,7 +135,7 @@ class Generation:
 
     def __iter__(self) -> Iterator[Step]:
         # Inference mode is entered per step, never held across a yield: it is thread-wide state, and runs
-        # advanced in turn (ddd.race) would otherwise leave it switched on for the caller, restored out of order.
+        # advanced in turn (ddd.turns) would otherwise leave it switched on for the caller, restored out of order.
         steps = self._run()
         while True:
             with torch.inference_mode():

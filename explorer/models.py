@@ -80,7 +80,7 @@ class Models:
             if self.needs_load(precision):
                 from ddd import load_target, resolve_head
                 from ddd.catalog import check_fits
-                from ddd.race import warm_up
+                from ddd.turns import warm_up
 
                 check_fits(self.config.model, precision, self.device(), freed=self.loaded_bytes())
                 self.target = self.head = None  # the old pair's memory goes before the new one loads

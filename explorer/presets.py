@@ -3,18 +3,18 @@ from __future__ import annotations
 
 from typing import Any
 
-from ddd.race import Entry
+from ddd.turns import Entry
 
 # The papers' values suit 7B targets on a GPU, where verifying 60 tokens costs about what one token costs. On a
 # CPU verification grows with the tree; the CPU preset verifies a few more tokens than the fastest settings
-# `python -m ddd budget --dtype int8` finds, so that the trees and DDD's depth choice stay visible
+# `python -m ddd.bench.budget --dtype int8` finds, so that the trees and DDD's depth choice stay visible
 # (README: results on a 2-core CPU).
 PRESETS = {
     "papers (GPU)": dict(e_top_k=10, e_calls=6, e_total=60, d_calls=11, d_checks="5,7,9", d_threshold=-0.3),
     "small CPU model": dict(e_top_k=8, e_calls=3, e_total=6, d_calls=8, d_checks="all", d_threshold=-0.3),
 }
 GPU_PRESET, CPU_PRESET = PRESETS
-# A third preset times this machine once (ddd.budget) and fills in the fastest predicted settings.
+# A third preset times this machine once (ddd.bench.budget) and fills in the fastest predicted settings.
 MEASURED = "measure this machine"
 PRESET_NAMES = [*PRESETS, MEASURED]
 PRESET_FIELDS = ["e_top_k", "e_calls", "e_total", "d_calls", "d_checks", "d_threshold"]
@@ -35,7 +35,7 @@ def race_entries(e_top_k, e_calls, e_total, d_calls, d_checks, d_threshold) -> d
 
 
 def measured_preset(report: Any) -> dict[str, Any]:
-    """The preset from a ddd.budget report: the fastest EAGLE-2, and the fastest DDD verifying as many tokens."""
+    """The preset from a ddd.bench.budget report: the fastest EAGLE-2, and the fastest DDD verifying as many tokens."""
     eagle2 = report.best("eagle2")
     ddd = report.best("ddd", total_tokens=eagle2.settings["total_tokens"])
     return dict(e_top_k=eagle2.settings["top_k"], e_calls=eagle2.settings["draft_calls"],

@@ -14,7 +14,7 @@ from dataclasses import dataclass, field, replace
 from typing import Any
 
 from components.inputs import BUDGETS, InputError
-from ddd.race import Entry
+from ddd.turns import Entry
 from ddd.settings import Sampling
 from ddd.trace import RunTrace, Step
 
@@ -84,7 +84,7 @@ def prompt_tokens(target: Any, prompt: str, max_new_tokens: int, device: str) ->
 def race_events(models: Models, request: RaceRequest) -> Iterator[RaceEvent]:
     """Load the models if needed, check the prompt, then race the entries one target forward each in turn."""
     from ddd import HeadLoadError, ModelLoadError, PromptError
-    from ddd.race import start_race
+    from ddd.turns import start_race
     from ddd.settings import SettingsError
 
     if models.needs_load(request.precision):
@@ -184,12 +184,12 @@ def device_race(models: Models) -> Callable[[RaceRequest], Iterator[RaceEvent]]:
 
 
 def device_measure(models: Models) -> Callable[[str], dict[str, Any]]:
-    """Time this machine in a precision (ddd.budget) and return the preset it finds (the caller keeps it: a GPU
+    """Time this machine in a precision (ddd.bench.budget) and return the preset it finds (the caller keeps it: a GPU
     process keeps nothing between calls); raises what loading raises."""
     from .presets import measured_preset
 
     def measure(precision: str) -> dict[str, Any]:
-        from ddd.budget import auto_budget
+        from ddd.bench.budget import auto_budget
 
         target, head = models.load(precision)
         with models.lock:

@@ -3,7 +3,8 @@ import json
 
 import pytest
 
-from ddd import bench, bench_args, metrics, questions
+from ddd.bench import benchmark as bench, args as bench_args, questions
+from ddd import metrics
 from ddd.head import save_head
 from ddd.trace import Step
 

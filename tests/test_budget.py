@@ -1,8 +1,10 @@
 """The automatic budget: its predictions of what smaller trees accept are exact under greedy decoding."""
 import pytest
 
-from ddd.budget import accepted_within, auto_budget, ddd_depth, interpolate, kept_nodes, lm_rows, time_target
+from ddd.bench.budget import (accepted_within, auto_budget, ddd_depth, interpolate, kept_nodes, lm_rows, time_target,
+                              main as budget_main)
 from ddd.engine import generate
+from ddd.head import save_head
 from tests.tiny import PROMPTS
 
 BIG = dict(top_k=4, draft_calls=5, total_tokens=40)
@@ -79,3 +81,25 @@ def test_forwards_are_timed_after_the_asked_context_within_the_models_limit(llam
     contexts.clear()
     time_target(llama, PROMPTS[0], sizes=(1, 4), repeats=1, context=10**6)
     assert set(contexts[1:]) == {llama.context_limit - 5}
+
+
+def test_budget_prints_candidates_and_the_best_settings(tmp_path, tiny_llama_dir, llama_head, capsys):
+    head_dir = save_head(llama_head, tmp_path / "head")
+    budget_main(["--model", str(tiny_llama_dir), "--head", str(head_dir), "--top-k", "4", "--max-calls", "3",
+          "--max-tokens", "8", "--new-tokens", "8"])
+    out = capsys.readouterr().out
+    assert "target forward ms by rows" in out and "predicted speedup" in out
+    assert "eagle2: --set top_k=4 --set draft_calls=" in out
+    assert "ddd: --set top_k=4 --set max_draft_calls=3 --set check_steps=all" in out
+
+
+@pytest.mark.parametrize("extra, message", [
+    (["--max-tokens", "1"], "total_tokens must be at least 2"),
+    (["--max-calls", "0"], "draft_calls must be between 1 and 64"),
+    (["--new-tokens", "1"], "new_tokens must be at least 2"),
+])
+def test_budget_bad_values(tiny_llama_dir, extra, message, capsys):
+    with pytest.raises(SystemExit) as exit_info:
+        budget_main(["--model", str(tiny_llama_dir), "--head", "random", *extra])
+    assert exit_info.value.code == 2
+    assert message in capsys.readouterr().err

@@ -48,28 +48,6 @@ def test_missing_model(tmp_path, capsys):
     assert "Could not load model" in capsys.readouterr().err
 
 
-def test_budget_prints_candidates_and_the_best_settings(tmp_path, tiny_llama_dir, llama_head, capsys):
-    head_dir = save_head(llama_head, tmp_path / "head")
-    main(["budget", "--model", str(tiny_llama_dir), "--head", str(head_dir), "--top-k", "4", "--max-calls", "3",
-          "--max-tokens", "8", "--new-tokens", "8"])
-    out = capsys.readouterr().out
-    assert "target forward ms by rows" in out and "predicted speedup" in out
-    assert "eagle2: --set top_k=4 --set draft_calls=" in out
-    assert "ddd: --set top_k=4 --set max_draft_calls=3 --set check_steps=all" in out
-
-
-@pytest.mark.parametrize("extra, message", [
-    (["--max-tokens", "1"], "total_tokens must be at least 2"),
-    (["--max-calls", "0"], "draft_calls must be between 1 and 64"),
-    (["--new-tokens", "1"], "new_tokens must be at least 2"),
-])
-def test_budget_bad_values(tiny_llama_dir, extra, message, capsys):
-    with pytest.raises(SystemExit) as exit_info:
-        main(["budget", "--model", str(tiny_llama_dir), "--head", "random", *extra])
-    assert exit_info.value.code == 2
-    assert message in capsys.readouterr().err
-
-
 def test_a_stopped_run_prints_every_character_its_steps_emitted(tmp_path, tiny_llama_dir, llama_head, capsys,
                                                                  monkeypatch):
     """Ctrl-C ends the run after the current step; what was printed is the trace's steps joined."""

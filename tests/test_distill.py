@@ -7,8 +7,8 @@ import pytest
 import torch
 from safetensors.torch import load_file
 
-from ddd import answers, distill, train
-from ddd.training import TrainError
+from ddd.train import answers, distill, cli as train
+from ddd.train.common import TrainError
 from ddd.head import load_head
 from tests.tiny import CORPUS, load_tiny
 
@@ -398,7 +398,7 @@ def test_a_head_trained_on_one_level_is_still_scored_on_deeper_ones(tiny_llama_d
 def test_added_layers_can_train_at_their_own_learning_rate(tiny_llama_dir, corpus, tmp_path):
     """`--layers-lr` gives the stock layers after the first their own peak rate; the schedule scales both."""
     from ddd.eagle3 import deepen
-    from ddd.training import Optimiser
+    from ddd.train.common import Optimiser
 
     assert _distill(tiny_llama_dir, corpus, tmp_path / "one", "--steps", "4", "--eval-every", "100") == 0
     head = deepen(load_head(tmp_path / "one" / "head", load_tiny(tiny_llama_dir)).float(), 2)

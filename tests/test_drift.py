@@ -1,10 +1,11 @@
-"""`python -m ddd.drift` end to end on the tiny model: what it reports of each precision mode against float32."""
+"""`python -m ddd.bench.drift` end to end on the tiny model: what it reports of each precision mode against float32."""
 import json
 
 import pytest
 import torch
 
-from ddd import drift, encode_prompt
+from ddd.bench import drift
+from ddd import encode_prompt
 from tests.tiny import PROMPTS
 
 QUESTIONS = [{"question_id": f"q{i}", "category": f"c{i % 2}", "turns": [prompt]}

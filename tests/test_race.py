@@ -1,4 +1,4 @@
-"""The fair race (ddd.race) on the tiny model, and the verdict drawn from its traces (components.verdict)."""
+"""The fair race (ddd.turns) on the tiny model, and the verdict drawn from its traces (components.verdict)."""
 from __future__ import annotations
 
 import subprocess
@@ -8,7 +8,7 @@ import pytest
 
 from components.verdict import verdict
 from ddd import resolve_head
-from ddd.race import Entry, race_to_end, start_race, warm_up
+from ddd.turns import Entry, race_to_end, start_race, warm_up
 from ddd.metrics import summarize
 from ddd.trace import RunTrace, Step
 

@@ -3,7 +3,7 @@ from __future__ import annotations
 
 import json
 
-from ddd import reading, train
+from ddd.train import reading, cli as train
 
 ROWS = [(f"Question number {i}?", f"Answer {i} begins here. It goes on for a while. " * (i % 3 + 2)) for i in range(12)]
 

@@ -6,7 +6,7 @@ import json
 import pytest
 import torch
 
-from ddd import answers, fit, train, training
+from ddd.train import answers, fit, cli as train, common as training
 
 
 @pytest.fixture(scope="module")
@@ -226,7 +226,7 @@ def test_soft_cross_entropy_is_smallest_at_the_target_distribution():
 
 
 def test_the_data_stage_reads_several_prompt_files_and_keeps_a_repeated_prompt_once(tmp_path):
-    from ddd.training import read_prompt_files
+    from ddd.train.common import read_prompt_files
 
     arena, corpus = tmp_path / "arena.jsonl", tmp_path / "corpus.jsonl"
     arena.write_text('{"id": "a1", "prompt": "Sum 2 and 3."}\n{"id": "a2", "prompt": "Name a colour."}\n')

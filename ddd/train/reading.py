@@ -13,7 +13,7 @@ import random
 import re
 from pathlib import Path
 
-from .training import DEFAULT_CORPUS, TrainError, read_corpus
+from .common import DEFAULT_CORPUS, TrainError, read_corpus
 
 _SENTENCE_END = re.compile(r"(?<=[.!?])\s+|\n+")
 

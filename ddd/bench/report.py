@@ -1,4 +1,4 @@
-"""Rendering a benchmark report (the dict `ddd.bench_summary` builds) as tables, Markdown and an offline HTML page
+"""Rendering a benchmark report (the dict `ddd.bench.summary` builds) as tables, Markdown and an offline HTML page
 with plotly figures. Nothing here runs a model."""
 from __future__ import annotations
 
@@ -8,7 +8,7 @@ from collections import OrderedDict
 from pathlib import Path
 from typing import Any
 
-from .trace import CHAIN_ENDS
+from ddd.trace import CHAIN_ENDS
 
 
 def _fmt(value: Any, kind: str = "f2") -> str:

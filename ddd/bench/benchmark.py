@@ -24,9 +24,9 @@ import time
 from pathlib import Path
 from typing import Any
 
-from . import metrics
-from .bench_args import HEAD_METHODS, BenchError, RunSpec, build_parser, build_specs, peer_settings
-from .bench_summary import build_report
+from ddd import metrics
+from .args import HEAD_METHODS, BenchError, RunSpec, build_parser, build_specs, peer_settings
+from .summary import build_report
 from .questions import QuestionError, load_questions, select_questions
 from .report import identity_line, tables, write_outputs
 
@@ -44,7 +44,7 @@ def _sync(target) -> float:
 
 
 def run_ours(target, head, spec: RunSpec, prompt: str, max_new_tokens: int, sampling) -> dict[str, Any]:
-    from .engine import generate
+    from ddd.engine import generate
 
     run = generate(target, head if spec.method != "plain" else None, prompt, spec.method,
                    max_new_tokens=max_new_tokens, sampling=sampling, record=False, **spec.overrides)
@@ -138,10 +138,10 @@ def machine_info(target) -> dict[str, Any]:
 
 
 def load_models(args, specs: list[RunSpec]):
-    from .catalog import resolve_head
-    from .head import HeadLoadError
-    from .models import ModelLoadError, load_target
-    from .settings import SettingsError, method_settings
+    from ddd.catalog import resolve_head
+    from ddd.head import HeadLoadError
+    from ddd.models import ModelLoadError, load_target
+    from ddd.settings import SettingsError, method_settings
 
     try:
         target = load_target(args.model, dtype=args.dtype, device=args.device)
@@ -177,8 +177,8 @@ def benchmark(args, specs: list[RunSpec], questions: list[dict[str, Any]]) -> di
     from tqdm import tqdm
     from transformers.utils import logging as hf_logging
 
-    from .engine import PromptError, encode_prompt
-    from .settings import Sampling
+    from ddd.engine import PromptError, encode_prompt
+    from ddd.settings import Sampling
 
     hf_logging.set_verbosity_error()
     hf_logging.disable_progress_bar()
@@ -259,7 +259,3 @@ def main(argv: list[str] | None = None) -> dict[str, Path]:
     for kind, path in paths.items():
         print(f"{kind}: {path}")
     return paths
-
-
-if __name__ == "__main__":
-    main()

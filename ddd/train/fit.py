@@ -22,8 +22,8 @@ from tqdm import tqdm
 from transformers import DynamicCache
 
 from .answers import load_samples
-from .training import (Optimiser, Progress, TrainError, add_machine_arguments, choose_draft_vocab, epoch_batches,
-                       length_batches, read_checkpoint, read_prompt_files, read_prompts, restore, write_checkpoint)
+from .common import (Optimiser, Progress, TrainError, add_machine_arguments, choose_draft_vocab, epoch_batches,
+                     length_batches, read_checkpoint, read_prompt_files, read_prompts, restore, write_checkpoint)
 
 COVERAGE_SIZES = (1024, 2048, 4096, 8192, 16384, 32768)
 
@@ -316,8 +316,8 @@ def _record(progress: Progress, lr: float, window: list[dict], trainer: HeadTrai
 
 
 def cmd_fit(args) -> int:
-    from .head import new_head, save_head
-    from .models import load_target
+    from ddd.head import new_head, save_head
+    from ddd.models import load_target
 
     _check(args)
     if args.threads:

@@ -6,10 +6,10 @@
     python -m ddd.train distill --out runs/head-2 --init runs/head-distill --corpus --prompts '' --answers runs/answers
     python -m ddd.train fit --data runs/answers --out runs/head-eagle2       # EAGLE-1/2 head, stored answers
 
-`distill` (ddd/distill.py) trains an EAGLE-3 head on texts the target reads in one forward each (stage
-one: the corpus; stage two: the target's own answers); `data` (ddd/answers.py) decodes the target's own
-answers and stores its features, to the training prompts or to `reading`'s (ddd/reading.py); `fit`
-(ddd/fit.py) trains an EAGLE-1/2 head on them.
+`distill` (ddd/train/distill.py) trains an EAGLE-3 head on texts the target reads in one forward each (stage
+one: the corpus; stage two: the target's own answers); `data` (ddd/train/answers.py) decodes the target's own
+answers and stores its features, to the training prompts or to `reading`'s (ddd/train/reading.py); `fit`
+(ddd/train/fit.py) trains an EAGLE-1/2 head on them.
 """
 from __future__ import annotations
 
@@ -17,7 +17,7 @@ import argparse
 import sys
 
 from . import answers, distill, fit, reading
-from .training import TrainError
+from .common import TrainError
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -38,7 +38,3 @@ def build_parser() -> argparse.ArgumentParser:
     fit.add_parser(sub)
     reading.add_parser(sub)
     return parser
-
-
-if __name__ == "__main__":
-    sys.exit(main())

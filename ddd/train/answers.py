@@ -23,7 +23,7 @@ from tqdm import tqdm
 from transformers import DynamicCache
 from transformers.cache_utils import Cache, CacheLayerMixin
 
-from .training import DEFAULT_CORPUS, DEFAULT_PROMPTS, TrainError, add_machine_arguments, prompt_ids, read_prompt_files
+from .common import DEFAULT_CORPUS, DEFAULT_PROMPTS, TrainError, add_machine_arguments, prompt_ids, read_prompt_files
 
 SHARD_GLOB = "shard_*.pt"
 DATA_FORMAT = 2  # 2: greedy and sampled rows share one decoding loop (1: separate generate() calls)
@@ -324,7 +324,7 @@ def _answer_shards(target, items: list[_Item], todo: list[int], args, out: Path,
 
 
 def cmd_data(args) -> int:
-    from .models import load_target
+    from ddd.models import load_target
 
     _check_data_args(args)
     if args.threads:

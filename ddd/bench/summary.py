@@ -1,12 +1,12 @@
 """A benchmark's report as plain data: per-question rows, summaries per method and category, the greedy
-identity check against plain decoding, and the sweep table. ddd/report.py renders it."""
+identity check against plain decoding, and the sweep table. ddd/bench/report.py renders it."""
 from __future__ import annotations
 
 from collections import OrderedDict
 from typing import Any
 
-from . import metrics
-from .bench_args import REFERENCE, RunSpec, parse_sweep_target
+from ddd import metrics
+from .args import REFERENCE, RunSpec, parse_sweep_target
 
 SCHEMA = 1
 

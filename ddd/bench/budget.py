@@ -15,7 +15,9 @@ It then predicts tokens per second for every candidate and picks the fastest EAG
 """
 from __future__ import annotations
 
+import argparse
 import statistics
+import sys
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
@@ -24,12 +26,14 @@ from functools import partial
 import torch
 from transformers import DynamicCache
 
-from .engine import encode_prompt, generate
-from .head import DraftHead
-from .models import Target
-from .settings import DDDSettings, Eagle2Settings, SettingsError
-from .trace import Step
-from .tree import DraftTree, rerank
+from ddd.catalog import resolve_head
+from ddd.cli import model_arguments
+from ddd.engine import encode_prompt, generate
+from ddd.head import DraftHead, HeadLoadError
+from ddd.models import ModelLoadError, Target, load_target
+from ddd.settings import DDDSettings, Eagle2Settings, SettingsError
+from ddd.trace import Step
+from ddd.tree import DraftTree, rerank
 
 # One prose and one code prompt; none of them is a benchmark question.
 CALIBRATION_PROMPTS = (
@@ -243,3 +247,53 @@ def auto_budget(target: Target, head: DraftHead, *, prompts: tuple[str, ...] = C
     best_ddd = max((c for c in candidates if c.method == "ddd"), key=lambda c: c.speedup)
     return BudgetReport(costs, len(steps), top_k, Eagle2Settings(**best_e2.settings), DDDSettings(**best_ddd.settings),
                         candidates)
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(prog="python -m ddd.bench.budget",
+                                     description="time this machine and predict the fastest EAGLE-2 and DDD settings")
+    model_arguments(parser)
+    parser.add_argument("--top-k", type=int, default=8, help="tree width (kept fixed)")
+    parser.add_argument("--max-calls", type=int, default=8, help="deepest tree tried (draft calls)")
+    parser.add_argument("--max-tokens", type=int, default=64, help="largest verify budget tried")
+    parser.add_argument("--new-tokens", type=int, default=32, help="tokens decoded per calibration prompt")
+    parser.add_argument("--show", type=int, default=5, help="candidates listed per method")
+    return parser
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = build_parser()
+    args = parser.parse_args(argv)
+    try:
+        return _report(args)
+    except (ModelLoadError, HeadLoadError, SettingsError) as err:
+        parser.exit(2, f"error: {err}\n")
+
+
+def _report(args) -> int:
+    target = load_target(args.model, dtype=args.dtype, device=args.device)
+    head, note = resolve_head(args.head, target)
+    if note:
+        print(f"note: {note}", file=sys.stderr)
+    print("measuring (forward timings, plain steps, greedy calibration runs)...", file=sys.stderr, flush=True)
+    report = auto_budget(target, head, top_k=args.top_k, max_calls=args.max_calls, max_tokens=args.max_tokens,
+                         new_tokens=args.new_tokens)
+    c = report.costs
+    for label, table in (("target forward", c.forward_ms), ("LM head", c.lm_ms)):
+        print(f"{label} ms by rows  " + ", ".join(f"{n}: {ms:.0f}" for n, ms in sorted(table.items())))
+    print(f"draft call {c.draft_call_ms:.1f} ms; step bookkeeping {c.other_ms:.1f} ms; "
+          f"plain step {c.plain_ms:.1f} ms; {report.calibration_steps} calibration steps")
+    for method in ("eagle2", "ddd"):
+        ranked = sorted((x for x in report.candidates if x.method == method), key=lambda x: -x.speedup)
+        print(f"\n{method}: predicted speedup vs plain, tau, ms per step")
+        for cand in ranked[: args.show]:
+            shown = " ".join(f"{k}={v}" for k, v in cand.settings.items())
+            print(f"  {cand.speedup:5.2f}x  tau {cand.tau:4.2f}  {cand.step_ms:6.1f} ms  {shown}")
+    print("\nbest, as settings:")
+    for method in ("eagle2", "ddd"):
+        print(f"  {method}: " + " ".join(f"--set {k}={v}" for k, v in report.best(method).settings.items()))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

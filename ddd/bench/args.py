@@ -10,7 +10,7 @@ from collections import OrderedDict
 from dataclasses import dataclass, field
 from typing import Any
 
-from .settings import PRECISIONS
+from ddd.settings import PRECISIONS
 
 OUR_METHODS = ("plain", "eagle", "eagle2", "ddd")
 PEER_METHODS = ("hf_generate", "prompt_lookup")
@@ -94,7 +94,7 @@ class RunSpec:
 
     def settings(self) -> dict[str, Any]:
         if self.ours:
-            from .settings import method_settings, settings_dict
+            from ddd.settings import method_settings, settings_dict
 
             return settings_dict(method_settings(self.method, **self.overrides))
         return peer_settings(self.method, self.overrides)
@@ -136,7 +136,7 @@ def parse_assignment(text: str, what: str = "setting") -> tuple[str, str, str]:
 def check_settings(method: str, overrides: dict[str, str]) -> None:
     """Refuse unknown names and unreadable values before any model is loaded (ranges that depend on the
     head, such as top_k against its vocabulary, are checked again once it is loaded)."""
-    from .settings import SettingsError, method_settings
+    from ddd.settings import SettingsError, method_settings
 
     if method in OUR_METHODS:
         try:

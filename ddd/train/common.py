@@ -10,7 +10,7 @@ from pathlib import Path
 
 import torch
 
-from .jsonl import read_jsonl
+from ddd.jsonl import read_jsonl
 
 DEFAULT_PROMPTS = "../shared/data/train_prompts.jsonl"
 # Open models' answers to AlpacaEval instructions and GSM8K worked solutions (docs/training.md).

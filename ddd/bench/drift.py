@@ -1,6 +1,6 @@
 """How far each precision mode drifts from float32, next to its speed.
 
-`python -m ddd.drift --questions ../shared/data/dev_questions.jsonl --limit 40 --precisions float32,bfloat16,int8`
+`python -m ddd.bench.drift --questions ../shared/data/dev_questions.jsonl --limit 40 --precisions float32,bfloat16,int8`
 
 For every question, plain greedy decoding runs in each mode. Against float32's answer it reports: how many
 answers are identical, how many leading tokens agree (as a share of the answer), and float32's own mean
@@ -20,9 +20,9 @@ from pathlib import Path
 import torch
 
 from .questions import QuestionError, load_questions, select_questions
-from .engine import encode_prompt, generate
-from .models import ModelLoadError, Target, load_target
-from .settings import PRECISIONS
+from ddd.engine import encode_prompt, generate
+from ddd.models import ModelLoadError, Target, load_target
+from ddd.settings import PRECISIONS
 
 
 @dataclass
@@ -108,7 +108,7 @@ def table(modes: list[ModeDrift]) -> str:
 
 
 def build_parser() -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(prog="python -m ddd.drift", description=__doc__,
+    parser = argparse.ArgumentParser(prog="python -m ddd.bench.drift", description=__doc__,
                                      formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--questions", required=True, help="MT-bench style JSONL (first turns are used)")
     parser.add_argument("--limit", type=int, default=None, help="N questions, round-robin over categories")

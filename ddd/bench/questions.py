@@ -6,7 +6,7 @@ from collections import OrderedDict
 from pathlib import Path
 from typing import Any
 
-from .jsonl import read_jsonl
+from ddd.jsonl import read_jsonl
 
 
 class QuestionError(ValueError):

@@ -29,11 +29,11 @@ import torch
 import torch.nn.functional as F
 from transformers import DynamicCache
 
-from .eagle3 import (DRAFT_HIDDEN, deepen, new_eagle3_head, seeded_from_target, shallower, widen, with_draft_hidden,
-                     with_features, with_vocab)
-from .training import (DEFAULT_CORPUS, Optimiser, Progress, TrainError, add_machine_arguments, choose_draft_vocab,
-                       epoch_batches, length_batches, log_record, read_checkpoint, read_corpus, read_prompts,
-                       restore, write_checkpoint)
+from ddd.eagle3 import (DRAFT_HIDDEN, deepen, new_eagle3_head, seeded_from_target, shallower, widen, with_draft_hidden,
+                        with_features, with_vocab)
+from .common import (DEFAULT_CORPUS, Optimiser, Progress, TrainError, add_machine_arguments, choose_draft_vocab,
+                     epoch_batches, length_batches, log_record, read_checkpoint, read_corpus, read_prompts, restore,
+                     write_checkpoint)
 
 HELDOUT_EVERY = 50  # one prompt in 50 (by a hash of its text) is held out, with every answer to it
 DRAFT_VOCAB = 16384  # a new head's own vocabulary: 97% of the target's answer tokens (assets/head/README.md)
@@ -401,7 +401,7 @@ def _head(args, target, train: list[Text], state: dict | None):
     """The head to train: the checkpoint's, the --init head (deepened or cut to --head-layers, widened to
     --head-mlp, reading the added --feature-layers too), or a new one over the training texts' vocabulary
     (seeded from the target's top layers with --from-target)."""
-    from .head import load_head
+    from ddd.head import load_head
 
     if state is None and args.init:
         head = load_head(args.init, target)
@@ -460,7 +460,7 @@ def _feature_layers(args) -> tuple[int, ...]:
 
 
 def _stage(args, state: dict | None) -> Stage:
-    from .models import load_target
+    from ddd.models import load_target
 
     target = load_target(args.model, device=args.device)
     texts = _texts(args, target, Path(args.ckpt_dir))
@@ -490,7 +490,7 @@ def _stage(args, state: dict | None) -> Stage:
 
 
 def cmd_distill(args) -> int:
-    from .head import save_head
+    from ddd.head import save_head
 
     _check(args)
     began = time.time()

@@ -1,0 +1,5 @@
+import sys
+
+from .benchmark import main
+
+sys.exit(main())
