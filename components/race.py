@@ -85,13 +85,6 @@ class Race:
             path.write_text(text, encoding="utf-8")
         return path
 
-    @classmethod
-    def load(cls, path: str | Path) -> "Race":
-        """The race in a run file (plain or gzipped JSON), checked completely first (components.runfile)."""
-        from .runfile import load_race
-
-        return load_race(path)
-
 
 def shown_nodes(pool: list[Any], top_k: int) -> set[int]:
     """Pool indices the tree view shows: the verified nodes and the `top_k` best candidates of each level that

@@ -6,7 +6,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from components import Race, RaceFileError
+from components import Race, RaceFileError, load_race
 from components.verdict import verdict
 from ddd.settings import Sampling
 
@@ -72,7 +72,7 @@ class ExampleShelf:
         if key not in self._cache:
             if len(self._cache) >= CACHED_FILES:
                 self._cache.clear()
-            self._cache[key] = Race.load(path)
+            self._cache[key] = load_race(path)
         return self._cache[key]
 
 

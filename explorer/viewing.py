@@ -6,7 +6,7 @@ from typing import Any
 
 import gradio as gr
 
-from components import Race, RaceFileError
+from components import RaceFileError, load_race
 from components.answer import answer_html
 from components.inputs import step_index
 from components.tokens import escape
@@ -82,7 +82,7 @@ class Viewer:
         if not file:
             return self.show_race(session, shade, mode)
         try:
-            session.race, session.source = Race.load(file), None
+            session.race, session.source = load_race(file), None
         except RaceFileError as err:
             warn(str(err))
             return self.show_race(session, shade, mode, f"Could not load that file: {err}", "error")

@@ -6,7 +6,7 @@ import json
 import pytest
 
 import app
-from components import Race
+from components import Race, load_race
 from components.inputs import MAX_PROMPT_CHARS
 from ddd import save_head
 from explorer.examples import EXAMPLE_RUNS, ExampleShelf
@@ -42,7 +42,7 @@ def test_run_streams_each_column_then_builds_every_view(page):
     assert final["slider"]["maximum"] == race.decode_steps() - 1
     assert final["tree_ddd"].data and final["depth"].data and final["timeline"].data
     assert "×" in final["headline"] and "ms per token" in final["headline"]
-    assert Race.load(final["download"]["value"]).methods == race.methods  # the saved file loads back
+    assert load_race(final["download"]["value"]).methods == race.methods  # the saved file loads back
     assert not session.busy and not session.stop_requested
 
 
@@ -258,11 +258,11 @@ def test_the_recorder_writes_every_example_with_the_app_race_loop(llama, llama_h
     paths = record_examples(models, tmp_path, max_new_tokens=12)
     assert [p.stem for p in paths] == [e.stem for e in EXAMPLE_RUNS]
     for path, example in zip(paths, EXAMPLE_RUNS):
-        race = Race.load(path)
+        race = load_race(path)
         assert race.title == example.title and race.methods == ["plain", "eagle2", "ddd"]
         assert len({t.text for t in race.traces.values()}) == 1  # greedy: every column writes plain's text
     assert race.traces["ddd"].settings["threshold"] == -0.3 and "DDD shallower than EAGLE-2" in capsys.readouterr().out
-    counting = Race.load(tmp_path / "counting.json")
+    counting = load_race(tmp_path / "counting.json")
     assert counting.traces["ddd"].settings["threshold"] == -2.0  # an example's own change to the preset
 
 

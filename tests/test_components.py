@@ -6,7 +6,7 @@ from pathlib import Path
 
 import pytest
 
-from components import Race
+from components import load_race
 from components.about import about_markdown, cost_model_rows
 from components.replay import duration, frame_times, steps_done
 from tests.races import hand_race
@@ -43,7 +43,7 @@ def tiny_race(llama, llama_head):
 
 
 def test_recorded_tiny_race_renders_every_step(tiny_race, tmp_path):
-    back = Race.load(tiny_race.save(tmp_path / "tiny.json", compact=True))
+    back = load_race(tiny_race.save(tmp_path / "tiny.json", compact=True))
     assert render_everything(back) == back.decode_steps() > 1
     for method in ("eagle2", "ddd"):
         for a, b in zip(tiny_race.traces[method].steps, back.traces[method].steps):
@@ -55,7 +55,7 @@ def test_recorded_tiny_race_renders_every_step(tiny_race, tmp_path):
 @pytest.mark.skipif(not EXAMPLES, reason="no recorded examples in assets/examples yet")
 @pytest.mark.parametrize("path", EXAMPLES, ids=[p.stem for p in EXAMPLES])
 def test_every_shipped_example_replays_without_a_model(path):
-    race = Race.load(path)
+    race = load_race(path)
     assert race.methods == ["plain", "eagle2", "ddd"] and race.title
     assert render_everything(race) > 1
     assert race.traces["plain"].text == race.traces["ddd"].text or race.traces["ddd"].sampling.get("temperature")
@@ -65,7 +65,7 @@ def test_every_shipped_example_replays_without_a_model(path):
 def test_a_shipped_example_shows_ddd_drafting_deeper_than_eagle2():
     deeper = 0
     for path in EXAMPLES:
-        race = Race.load(path)
+        race = load_race(path)
         fixed = race.traces["eagle2"].settings["draft_calls"]
         deeper += sum(s.draft_calls > fixed for s in race.traces["ddd"].steps if not s.prefill)
     assert deeper > 0

@@ -9,6 +9,7 @@ import torch.nn.functional as F
 from safetensors.torch import load_file, save_file
 from transformers.models.llama.modeling_llama import apply_rotary_pos_emb
 
+from components import load_race
 from ddd import Eagle3Head, HeadLoadError, RunTrace, generate, load_head, new_eagle3_head, new_head, save_head
 from ddd.drafting import HeadRunner
 from ddd.eagle3 import (MAX_LAYERS, aux_layers_of, deepen, default_aux_layers, seeded_from_target, shallower, widen,
@@ -397,12 +398,11 @@ def test_old_traces_without_a_head_kind_load_as_eagle_runs():
 
 
 def test_the_views_render_an_eagle3_race(llama, llama_eagle3_head, tmp_path):
-    from components import Race
     from tests.tiny import record_tiny_race, render_everything
 
     race = record_tiny_race(llama, llama_eagle3_head, "one two three")
     assert {race.traces[m].head_kind for m in ("eagle2", "ddd")} == {"eagle3"}
-    back = Race.load(race.save(tmp_path / "race.json", compact=True))
+    back = load_race(race.save(tmp_path / "race.json", compact=True))
     assert back.traces["ddd"].head_kind == "eagle3"
     assert render_everything(back) == back.decode_steps() > 1
 

@@ -5,7 +5,7 @@ import json
 
 import pytest
 
-from components import Race, RaceFileError
+from components import RaceFileError, load_race
 from ddd.trace import SCHEMA_VERSION
 from tests.races import hand_race
 
@@ -13,9 +13,9 @@ from tests.races import hand_race
 def test_race_file_round_trip(tmp_path):
     race = hand_race()
     path = race.save(tmp_path / "race.json")
-    back = Race.load(path)
+    back = load_race(path)
     assert back.to_dict() == race.to_dict()
-    compact = Race.load(race.save(tmp_path / "compact.json", compact=True))
+    compact = load_race(race.save(tmp_path / "compact.json", compact=True))
     step = compact.traces["ddd"].steps[1]
     assert step.accepted_path == [0, 1, 4] and {n.index for n in step.pool} >= {0, 1, 4, 2, 5, 7}
     assert json.loads(path.read_text())["traces"]["ddd"]["schema_version"] == SCHEMA_VERSION
@@ -23,7 +23,7 @@ def test_race_file_round_trip(tmp_path):
 
 def test_single_run_trace_file_loads_as_a_race(tmp_path):
     trace = hand_race().traces["ddd"]
-    race = Race.load(trace.save(tmp_path / "ddd.json"))
+    race = load_race(trace.save(tmp_path / "ddd.json"))
     assert race.methods == ["ddd"] and race.prompt == "Say hi"
 
 
@@ -43,9 +43,9 @@ def test_bad_race_files_say_why(tmp_path, content, words):
     path = tmp_path / "bad.json"
     path.write_text(content)
     with pytest.raises(RaceFileError, match=words):
-        Race.load(path)
+        load_race(path)
 
 
 def test_missing_file():
     with pytest.raises(RaceFileError, match="No recorded run"):
-        Race.load("/no/such/file.json")
+        load_race("/no/such/file.json")
