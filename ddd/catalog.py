@@ -1,21 +1,23 @@
 """Which head goes with which target (the one rule the app, CLI and benchmark share), the target/head pairs
-the papers measured, where a model or head id points (a directory or the hub), and whether a model fits the
-memory of the device it would load on, checked before anything is downloaded beyond its config."""
+the papers measured, and whether a model fits the memory of the device it would load on, checked before
+anything is downloaded beyond its config."""
 from __future__ import annotations
 
-import re
 import shutil
 from dataclasses import dataclass
 from pathlib import Path
 
-from .head import DraftHead, for_target, load_head, new_head
+import torch
+from transformers import AutoConfig
+
+from .checkpoint import load_head
+from .head import DraftHead, for_target, new_head
+from .hub import cached, fetch, hub_cache, is_hub_id
 from .models import DEFAULT_HUB_ID, DEFAULT_MODEL, DTYPES, ModelLoadError, Target
 
-HUB_ID = re.compile(r"^[A-Za-z0-9][\w.-]{0,95}/[\w.-]{1,96}$")
 # Room for what grows beside the weights: activations, the KV cache of a few thousand tokens, the draft
 # head's trees, the allocator's slack.
 HEADROOM = 1.25
-HEAD_FILES_PATTERNS = ["config.json", "model.safetensors", "pytorch_model.bin"]
 # The head trained for the default model ships with the project.
 SHIPPED_HEAD = Path(__file__).resolve().parent.parent / "assets" / "head"
 
@@ -26,7 +28,7 @@ class ModelPair:
 
     label: str
     model: str | None  # None: the default model
-    head: str | None  # None: the head head.choose_head picks for the model
+    head: str | None  # None: the head choose_head picks for the model
     gpu_only: bool = False  # a 7B target decodes far too slowly on a CPU to race there
 
 
@@ -39,29 +41,6 @@ PAIRS = [
     ModelPair("Llama-3.1 8B Instruct + EAGLE-3 head", "meta-llama/Llama-3.1-8B-Instruct",
               "yuhuili/EAGLE3-LLaMA3.1-Instruct-8B", gpu_only=True),
 ]
-
-
-def is_hub_id(spec: str) -> bool:
-    """Whether `spec` names a hub repository rather than a local directory."""
-    return not Path(spec).exists() and bool(HUB_ID.match(spec))
-
-
-def fetch(spec: str, what: str, patterns: list[str] | None = None) -> Path:
-    """A local directory for `spec`: itself, or the hub repository's snapshot (downloaded once, or taken from
-    the HF_HOME cache; HF_HUB_OFFLINE is honoured). Raises ModelLoadError saying why not."""
-    if Path(spec).exists():
-        return Path(spec)
-    if not HUB_ID.match(spec):
-        raise ModelLoadError(f"The {what} {spec!r} is neither a directory here nor a hub id (owner/name).")
-    from huggingface_hub import snapshot_download
-
-    try:
-        return Path(snapshot_download(spec, allow_patterns=patterns))
-    # The hub client reports missing repositories, gated access, offline mode and network failures each
-    # through its own exception type.
-    except Exception as err:  # noqa: BLE001
-        first = str(err).strip().splitlines()[0] if str(err).strip() else type(err).__name__
-        raise ModelLoadError(f"Could not fetch the {what} {spec!r}: {first}") from None
 
 
 def parameter_count(config) -> int:
@@ -84,8 +63,6 @@ def bytes_per_parameter(dtype: str) -> int:
 def free_memory(device: str) -> int:
     """Bytes a new model may take on `device`: free GPU memory, or the memory the system says is available."""
     if device.startswith("cuda"):
-        import torch
-
         return int(torch.cuda.mem_get_info(torch.device(device))[0])
     with open("/proc/meminfo") as f:
         for line in f:
@@ -99,8 +76,6 @@ def check_fits(model: str | None, dtype: str, device: str, freed: int = 0) -> No
     current model gives back). Reads only the model's config."""
     if model in (None, DEFAULT_MODEL):
         return  # the small default fits anywhere the app runs
-    from transformers import AutoConfig
-
     try:
         config = AutoConfig.from_pretrained(str(fetch(model, "model", ["config.json"])))
     except (OSError, ValueError) as err:
@@ -112,29 +87,12 @@ def check_fits(model: str | None, dtype: str, device: str, freed: int = 0) -> No
         raise ModelLoadError(
             f"{model} needs about {needed / 2**30:.1f} GiB in {dtype} on {device}, and {available / 2**30:.1f} GiB "
             f"is free there: choose a smaller model or precision, or a machine with more memory.")
-    if is_hub_id(model) and not _cached(model):
+    if is_hub_id(model) and not cached(model):
         # Published checkpoints store 16-bit weights; a download that cannot fit would fail half-way.
-        download, disk = params * 2, shutil.disk_usage(_hub_cache()).free
+        download, disk = params * 2, shutil.disk_usage(hub_cache()).free
         if download > disk:
             raise ModelLoadError(f"{model} is about {download / 2**30:.1f} GiB to download and the model cache has "
                                  f"{disk / 2**30:.1f} GiB free.")
-
-
-def _hub_cache() -> Path:
-    from huggingface_hub.constants import HF_HUB_CACHE
-
-    Path(HF_HUB_CACHE).mkdir(parents=True, exist_ok=True)
-    return Path(HF_HUB_CACHE)
-
-
-def _cached(model: str) -> bool:
-    """Whether the model's weights are in the hub cache already (nothing to download)."""
-    from huggingface_hub import scan_cache_dir
-
-    try:
-        return any(repo.repo_id == model and repo.size_on_disk > 0 for repo in scan_cache_dir(_hub_cache()).repos)
-    except Exception:  # noqa: BLE001 - an unreadable cache counts as empty: the download check then applies
-        return False
 
 
 # The same architecture, so the shipped head loads and drafts; but not the same numbers (assets/head/README.md).

@@ -1,39 +1,35 @@
-"""Draft heads: the interface the engine drafts through, the EAGLE-1/EAGLE-2 head, and checkpoint I/O.
+"""Draft heads: the interface the engine drafts through, the EAGLE-1/EAGLE-2 head, and what every head
+shares: the Llama config a head copies from its target, the checks of a head's config against the target,
+and seeded construction.
 
 The EAGLE head is fc(2H -> H) + one stock Llama decoder layer without its input norm. It reads and writes
 the official EAGLE-1/EAGLE-2 checkpoint layout (config.json + weights with keys `fc.*`, `layers.0.*`). Our
 own heads may add `d2t`, a reduced draft vocabulary given as EAGLE-3 style offsets
 (target_id = draft_id + d2t[draft_id]), so the draft LM head multiplies fewer rows.
 
-EAGLE-3 heads (ddd/eagle3.py) load through the same `load_head`, which tells the two layouts apart by their
-keys and checks every config field and tensor a head is built from before the head is used. Which head goes
-with which target is decided in ddd/catalog.py.
+EAGLE-3 heads are in ddd/eagle3.py; ddd/checkpoint.py reads and writes both layouts, and ddd/catalog.py
+decides which head goes with which target.
 """
 from __future__ import annotations
 
-import json
 from abc import ABC, abstractmethod
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
 import torch
-from safetensors.torch import load_file, save_file
 from torch import nn
 from transformers import LlamaConfig
 from transformers.modeling_outputs import BaseModelOutputWithPast
 from transformers.models.llama.modeling_llama import LlamaDecoderLayer, LlamaRotaryEmbedding
 
-from .models import ModelLoadError, Target
+from .models import Target
+from .precision import quantize_int8
 
-HEAD_FILES = ("model.safetensors", "pytorch_model.bin")
-# Keys a checkpoint may carry that are not weights of the head: a copy of the target's embeddings (the head
-# reads the target's own), and the draft-vocabulary maps, which are checked on their own.
-_NOT_WEIGHTS = ("embed_tokens.weight", "d2t", "t2d")
 # config.json fields that describe the checkpoint rather than the Llama layer inside it.
 _NOT_LLAMA_FIELDS = ("bias", "architectures", "torch_dtype", "dtype", "draft_vocab_size", "eagle_config",
                      "target_hidden_size")
-_SHOWN = 6  # keys listed in a message before it says how many more there are
 
 
 class HeadLoadError(ValueError):
@@ -217,32 +213,26 @@ def new_head(target: Target, draft_vocab: torch.Tensor | None = None, seed: int 
     """A randomly initialised head shaped for `target` (draft_vocab: the target ids to keep, ascending)."""
     config = LlamaConfig(**target_config_fields(target))
     d2t = None if draft_vocab is None else d2t_of(draft_vocab)
-    torch.manual_seed(seed)
-    head = EagleHead(config, bias=True, d2t=d2t)
+    with seeded(seed):
+        head = EagleHead(config, bias=True, d2t=d2t)
     return head.to(device=target.device, dtype=target.model.dtype)
 
 
-def save_head(head: DraftHead, directory: str | Path, extra: dict | None = None) -> Path:
-    """Write `head` in its published layout: config.json and model.safetensors."""
-    directory = Path(directory)
-    directory.mkdir(parents=True, exist_ok=True)
-    config = head.config.to_dict()
-    config.update({**head.config_extra(), **(extra or {})})
-    (directory / "config.json").write_text(json.dumps(config, indent=2, default=str))
-    tensors = {k: v.detach().to("cpu").contiguous() for k, v in head.state_dict_official().items()}
-    save_file(tensors, directory / "model.safetensors")
-    return directory
+@contextmanager
+def seeded(seed: int) -> Iterator[None]:
+    """Random draws inside come from the CPU generator seeded with `seed`, and the caller's generator state
+    is put back afterwards: building a head the same way twice gives the same weights without reseeding
+    anyone else's draws. Heads are built on the CPU, so only its generator is forked."""
+    with torch.random.fork_rng(devices=[]):
+        torch.default_generator.manual_seed(seed)
+        yield
 
 
-# -- loading and checking ------------------------------------------------------------------------------
+# -- checks shared by the head kinds' loaders ----------------------------------------------------------------
 
-def _one_line(err: Exception) -> str:
+def one_line(err: Exception) -> str:
+    """An exception as one line of a HeadLoadError message."""
     return f"{type(err).__name__}: " + " ".join(str(err).split())
-
-
-def _listing(keys: list[str]) -> str:
-    shown = ", ".join(keys[:_SHOWN])
-    return shown + (f" and {len(keys) - _SHOWN} more" if len(keys) > _SHOWN else "")
 
 
 def fit_problems(raw: dict, weights: dict[str, torch.Tensor], target: Target) -> list[str]:
@@ -262,39 +252,6 @@ def refuse_misfit(problems: list[str], where: Path, target: Target) -> None:
         raise HeadLoadError(f"The head at {where} does not fit {target.name}: " + "; ".join(problems) + ".")
 
 
-def _read_config(directory: Path) -> dict:
-    path = directory / "config.json"
-    if not path.exists():
-        raise HeadLoadError(f"No draft head at {directory}: config.json is missing.")
-    try:
-        raw = json.loads(path.read_text())
-    except (OSError, UnicodeDecodeError, json.JSONDecodeError) as err:
-        raise HeadLoadError(f"{path} is not readable JSON: {err}.") from None
-    if not isinstance(raw, dict):
-        raise HeadLoadError(f"{path} holds a JSON {type(raw).__name__}, not a config object.")
-    return raw
-
-
-def _read_weights(directory: Path) -> dict[str, torch.Tensor]:
-    for name in HEAD_FILES:
-        path = directory / name
-        if not path.exists():
-            continue
-        try:
-            if name.endswith(".safetensors"):
-                weights = load_file(path)
-            else:
-                weights = torch.load(path, map_location="cpu", weights_only=True)
-        # A damaged file fails inside safetensors or the unpickler with whatever error it meets first.
-        except Exception as err:
-            raise HeadLoadError(f"Cannot read {path}: {_one_line(err)}") from None
-        if not isinstance(weights, dict) or not all(
-                isinstance(k, str) and isinstance(v, torch.Tensor) for k, v in weights.items()):
-            raise HeadLoadError(f"{path} does not hold a dictionary of named tensors.")
-        return weights
-    raise HeadLoadError(f"No head weights in {directory}: expected one of {', '.join(HEAD_FILES)}.")
-
-
 def llama_config(raw: dict, where: Path) -> LlamaConfig:
     """The Llama config of a head's decoder layer, refused when no layer can be built from it."""
     fields = {k: v for k, v in raw.items() if k not in _NOT_LLAMA_FIELDS}
@@ -303,7 +260,7 @@ def llama_config(raw: dict, where: Path) -> LlamaConfig:
     # Field validation reports through several exception types (TypeError, ValueError, hub dataclass errors).
     except Exception as err:
         raise HeadLoadError(f"config.json in {where} is not a Llama config a head can be built from: "
-                            f"{_one_line(err)}") from None
+                            f"{one_line(err)}") from None
     heads, kv_heads = config.num_attention_heads, config.num_key_value_heads
     if not (isinstance(heads, int) and isinstance(kv_heads, int) and heads > 0 and kv_heads > 0
             and heads % kv_heads == 0):
@@ -325,73 +282,9 @@ def draft_map(d2t: torch.Tensor, vocab_size: int, where: Path) -> torch.Tensor:
     return d2t
 
 
-def _check_weights(head: DraftHead, weights: dict[str, torch.Tensor], where: Path) -> None:
-    expected = head.official_weights()
-    given = {k: v for k, v in weights.items() if k not in _NOT_WEIGHTS}
-    missing = sorted(set(expected) - set(given))
-    unexpected = sorted(set(given) - set(expected))
-    shapes = [f"{k} {list(given[k].shape)} (expected {list(expected[k].shape)})"
-              for k in sorted(set(given) & set(expected)) if given[k].shape != expected[k].shape]
-    problems = ([f"missing {_listing(missing)}"] if missing else []) + \
-               ([f"unexpected {_listing(unexpected)}"] if unexpected else []) + \
-               ([f"wrong shapes: {_listing(shapes)}"] if shapes else [])
-    if problems:
-        raise HeadLoadError(f"Head weights in {where} do not match the {head.kind.upper()} layout its config "
-                            "describes: " + "; ".join(problems) + ".")
-    not_float = sorted(k for k, v in given.items() if not v.dtype.is_floating_point)
-    if not_float:
-        raise HeadLoadError(f"Head weights in {where} are not floating point: {_listing(not_float)}.")
-    broken = sorted(k for k, v in given.items() if not bool(torch.isfinite(v).all()))
-    if broken:
-        raise HeadLoadError(f"Head weights in {where} hold NaN or infinite values: {_listing(broken)}.")
-
-
-def _head_class(weights: dict[str, torch.Tensor], where: Path) -> type[DraftHead]:
-    from .eagle3 import Eagle3Head
-
-    fc = weights.get("fc.weight")
-    if fc is None:
-        raise HeadLoadError(f"{where} is not an EAGLE head: it has no `fc.weight` (keys: {_listing(sorted(weights))}).")
-    if fc.ndim != 2:
-        raise HeadLoadError(f"`fc.weight` in {where} is not a matrix: shape {list(fc.shape)}.")
-    return Eagle3Head if any(k.startswith("midlayer.") for k in weights) else EagleHead
-
-
-def load_head(directory: str | Path, target: Target) -> DraftHead:
-    """Load a head checkpoint directory (official EAGLE or EAGLE-3 layout, or ours) and check that it fits
-    `target`; anything that does not gives a HeadLoadError saying what. A hub id (owner/name) is fetched first."""
-    directory = _head_directory(str(directory))
-    raw = _read_config(directory)
-    weights = _read_weights(directory)
-    head = _head_class(weights, directory).from_checkpoint(raw, weights, target, directory)
-    _check_weights(head, weights, directory)
-    head.load_official({k: v for k, v in weights.items() if k not in _NOT_WEIGHTS})
-    try:
-        with torch.no_grad():
-            head(torch.randn(1, 2, head.config.hidden_size), head.fuse(torch.randn(1, 2, head.feature_size)),
-                 torch.arange(2)[None])
-    # The checks above cover what we know can go wrong; this catches config combinations nobody listed.
-    except Exception as err:
-        raise HeadLoadError(f"The head at {directory} fails on a test input: {_one_line(err)}") from None
-    return for_target(head, target)
-
-
-def _head_directory(spec: str) -> Path:
-    from .catalog import HEAD_FILES_PATTERNS, fetch, is_hub_id
-
-    if not is_hub_id(spec):
-        return Path(spec)
-    try:
-        return fetch(spec, "draft head", HEAD_FILES_PATTERNS)
-    except ModelLoadError as err:
-        raise HeadLoadError(str(err)) from None
-
-
 def for_target(head: DraftHead, target: Target) -> DraftHead:
     """Put a head on the target's device and in its precision."""
     head = head.to(device=target.device, dtype=target.model.dtype).eval().requires_grad_(False)
     if target.precision == "int8":
-        from .precision import quantize_int8
-
         quantize_int8(head)
     return head

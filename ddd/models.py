@@ -12,6 +12,7 @@ from pathlib import Path
 from typing import Callable
 
 import torch
+from huggingface_hub import is_offline_mode
 from transformers import AutoModelForCausalLM, AutoTokenizer, PreTrainedModel, PreTrainedTokenizerBase
 
 from .precision import apply_precision
@@ -193,8 +194,6 @@ def load_target(
 
 def _no_default_model(err: Exception) -> str:
     """One line: what is missing for the default model and the two ways to get it."""
-    from huggingface_hub import is_offline_mode
-
     if is_offline_mode():
         hub = f"{DEFAULT_HUB_ID} is not in the Hugging Face cache (HF_HOME) and HF_HUB_OFFLINE is set"
     else:

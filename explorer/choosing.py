@@ -4,12 +4,13 @@ Space the menu is off (its models load once, at start-up)."""
 from __future__ import annotations
 
 from components.inputs import InputError, text
-from ddd.catalog import HUB_ID, PAIRS, ModelPair, check_fits
+from ddd.catalog import PAIRS, ModelPair, check_fits
+from ddd.hub import HUB_ID
 from ddd.models import ModelLoadError
 
 from .layout import Ui
 from .models import Models
-from .presets import GPU_PRESET, PRESET_FIELDS, PRESETS
+from .presets import GPU_PRESET, PRESETS, widget_values
 from .viewing import message, warn
 
 OTHER = "another model (type its ids below)"
@@ -70,5 +71,5 @@ class ModelMenu:
                                          "note")}
         if pair is not None and pair.gpu_only:  # the papers' pairs come with the papers' settings
             values[ui["preset"]] = GPU_PRESET
-            values.update({ui[f]: PRESETS[GPU_PRESET][f] for f in PRESET_FIELDS})
+            values.update({ui[f]: v for f, v in widget_values(PRESETS[GPU_PRESET]).items()})
         return values

@@ -1,15 +1,19 @@
-"""`python -m ddd.train distill`: stage one of the draft-head recipe, on a tiny model and a tiny corpus."""
+"""`python -m ddd.train distill`: stages one and two of the draft-head recipe, on a tiny model and a tiny corpus:
+the texts read, whole and resumed runs, and --init heads reshaped at the start of a stage. The loss itself is
+tested in tests/test_unrolled.py."""
 from __future__ import annotations
 
 import json
+import shutil
 
 import pytest
 import torch
 from safetensors.torch import load_file
 
-from ddd.train import answers, distill, cli as train
-from ddd.train.common import TrainError
-from ddd.head import load_head
+from ddd.checkpoint import load_head
+from ddd.train import answers, texts, cli as train
+from ddd.train.common import Optimiser, TrainError
+from ddd.train.resize import deepen
 from tests.tiny import CORPUS, load_tiny
 
 
@@ -25,8 +29,8 @@ def corpus(tmp_path_factory):
 def own_answers(tiny_llama_dir, tmp_path_factory):
     """The tiny target's own answers to twelve prompts, two of them on the held-out side of the split."""
     questions = [f"Question {i}: why is the sky blue?" for i in range(400)]
-    held = [q for q in questions if distill.is_heldout(q)][:2]
-    kept = [q for q in questions if not distill.is_heldout(q)][:10]
+    held = [q for q in questions if texts.is_heldout(q)][:2]
+    kept = [q for q in questions if not texts.is_heldout(q)][:10]
     directory = tmp_path_factory.mktemp("answers")
     prompts = directory / "prompts.jsonl"
     prompts.write_text("".join(json.dumps({"id": str(i), "prompt": q}) + "\n" for i, q in enumerate(held + kept)))
@@ -80,26 +84,24 @@ def test_an_interrupted_run_resumes_to_the_same_head(tiny_llama_dir, corpus, tmp
 
 
 def test_corpus_texts_mark_where_the_answer_starts(llama, corpus):
-    texts = distill.read_texts([str(corpus)], None, llama.tokenizer, max_len=512)
+    read = texts.read_texts([str(corpus)], None, llama.tokenizer, max_len=512)
     question = llama.tokenizer.apply_chat_template([{"role": "user", "content": "say 0: " + CORPUS[0][:12]}],
                                                    tokenize=False, add_generation_prompt=True)
     asked = llama.tokenizer(question, add_special_tokens=False)["input_ids"]
-    assert texts[0].ids[: len(asked)] == asked and texts[0].start == len(asked) < len(texts[0].ids)
+    assert read[0].ids[: len(asked)] == asked and read[0].start == len(asked) < len(read[0].ids)
 
 
 def test_stage_two_reads_the_targets_own_answers_keyed_by_their_prompt(own_answers):
     samples, _ = answers.load_samples(own_answers)
-    texts = distill.read_answers([str(own_answers)], max_len=512)
-    assert len(texts) == len(samples) == 12
-    assert sum(distill.is_heldout(t.key) for t in texts) == 2
-    for text, sample in zip(texts, samples):
+    read = texts.read_answers([str(own_answers)], max_len=512)
+    assert len(read) == len(samples) == 12
+    assert sum(texts.is_heldout(t.key) for t in read) == 2
+    for text, sample in zip(read, samples):
         assert text.ids == sample["ids"].tolist() and text.start == sample["prompt_len"]
         assert text.key.startswith("Question ")
 
 
 def test_answers_whose_prompt_files_changed_are_refused(own_answers, tmp_path):
-    import shutil
-
     moved = tmp_path / "data"
     shutil.copytree(own_answers, moved)
     meta = json.loads((moved / "meta.json").read_text())
@@ -107,7 +109,7 @@ def test_answers_whose_prompt_files_changed_are_refused(own_answers, tmp_path):
     prompts.write_text(json.dumps({"id": "0", "prompt": "another question"}) + "\n")
     (moved / "meta.json").write_text(json.dumps(meta | {"prompts": [str(prompts)]}))
     with pytest.raises(TrainError, match="changed since `data` ran"):
-        distill.read_answers([str(moved)], max_len=512)
+        texts.read_answers([str(moved)], max_len=512)
 
 
 def test_stage_two_lowers_the_held_out_loss_on_the_targets_own_answers(tiny_llama_dir, own_answers, tmp_path):
@@ -226,144 +228,6 @@ def test_a_head_given_more_features_at_the_start_of_a_stage_starts_where_its_ini
     assert _distill(tiny_llama_dir, corpus, tmp_path / "bad", *init, "--feature-layers", "0,1") == 2
 
 
-def test_sharpened_labels_keep_the_targets_choice_and_give_it_more_weight(llama):
-    from ddd.eagle3 import new_eagle3_head
-
-    head = new_eagle3_head(llama, layers=(0, 1, 2), seed=3).float()
-    batch = distill.Batch(torch.tensor([[5, 9, 17, 23, 31, 40, 8]]), torch.tensor([7]), torch.tensor([0]))
-    plain = distill.teach(llama, head, batch, bf16=False)
-    sharp = distill.teach(llama, head, batch, bf16=False, temperature=0.5)
-    assert sharp.label_best.equal(plain.label_best)
-    assert (sharp.label_p.max(-1).values > plain.label_p.max(-1).values).all()
-    torch.testing.assert_close(sharp.label_p, torch.softmax(2 * plain.label_p.log(), dim=-1))
-
-
-def test_training_time_test_level_masks_show_each_level_its_own_chain_only():
-    mask = distill.level_mask(torch.arange(3)[None], 3, 2)[0, 0]
-    assert mask.shape == (3, 9)
-    assert mask[:, :3].equal(torch.ones(3, 3, dtype=torch.bool).tril())
-    assert mask[:, 3:6].equal(torch.eye(3, dtype=torch.bool)) and mask[:, 6:].equal(torch.eye(3, dtype=torch.bool))
-
-
-@pytest.mark.parametrize("depth, draft_hidden", [(1, "output"), (2, "first_layer")])
-def test_level_one_of_the_unrolled_loss_is_the_head_run_on_its_own_guess(llama, depth, draft_hidden):
-    """Level 1 at index i must equal a draft-tree node: the head run over the context up to i, then over
-    (the next token, what its output at i hands on) one position further, attending to that context and
-    itself."""
-    from ddd.eagle3 import new_eagle3_head
-    from transformers import DynamicCache
-
-    head = new_eagle3_head(llama, layers=(0, 1, 2), seed=3, depth=depth, draft_hidden=draft_hidden).float()
-    ids = torch.tensor([[5, 9, 17, 23, 31, 40, 8]])
-    batch = distill.Batch(ids, torch.tensor([7]), torch.tensor([0]))
-    teacher = distill.teach(llama, head, batch, bf16=False)
-    embed = llama.model.get_input_embeddings()
-    captured = []
-    original = head.logits
-    head.logits = lambda out: captured.append(out) or original(out)
-    distill.unrolled_loss(head, embed, batch, teacher, levels=2, decay=1.0, prefix=0, bf16=False)
-    level1 = captured[1]  # scored positions of level 1, in order: indices 0..4
-    i = 2
-    cache = DynamicCache(config=head.config)
-    context = head(embed(ids[:, 1 : i + 2]), head.fuse(teacher.aux[:, : i + 1]), torch.arange(i + 1)[None], None, cache)
-    node = head(embed(ids[:, i + 2 : i + 3]), head.next_hidden(context[:, -1:]), torch.tensor([[i + 1]]), None, cache)
-    torch.testing.assert_close(level1[i], node[0, 0], rtol=1e-4, atol=1e-5)
-
-
-def _two_rows_with_captured_logits(llama):
-    """A new head, a batch of two rows of different lengths, its teacher, and the list the head's logits go
-    to at each level."""
-    from ddd.eagle3 import new_eagle3_head
-
-    head = new_eagle3_head(llama, layers=(0, 1, 2), seed=3).float()
-    ids = torch.tensor([[5, 9, 17, 23, 31, 40, 8], [7, 11, 13, 19, 0, 0, 0]])
-    batch = distill.Batch(ids, torch.tensor([7, 4]), torch.tensor([0, 0]))
-    teacher = distill.teach(llama, head, batch, bf16=False)
-    captured = []
-    original = head.logits
-    head.logits = lambda out: captured.append(original(out)) or captured[-1]
-    return head, batch, teacher, captured
-
-
-def test_each_level_scores_the_kl_divergence_from_the_targets_distribution_at_its_own_positions(llama):
-    """Level j at index i predicts the target's distribution at i + 1 + j, for every index whose label lies
-    inside its row (rows of different lengths: padding is never scored)."""
-    head, batch, teacher, captured = _two_rows_with_captured_logits(llama)
-    logp = teacher.label_p.log()
-    _, stats = distill.unrolled_loss(head, llama.model.get_input_embeddings(), batch, teacher, levels=2, decay=1.0,
-                                     prefix=0, bf16=False)
-    for level, logits in enumerate(captured):
-        labels = torch.cat([logp[teacher.label_row[row, 1 + level : length]]
-                            for row, length in enumerate(batch.lengths.tolist())])
-        logq = torch.log_softmax(logits, dim=-1)
-        assert stats.count[level] == labels.shape[0] == 6 + 3 - 2 * level
-        expected = (labels.exp() * (labels - logq)).sum(-1).mean()
-        assert abs(stats.loss[level] - float(expected.detach())) < 1e-5
-
-
-def test_evaluation_also_scores_agreement_where_the_target_is_sure_of_its_first_choice(llama, monkeypatch):
-    """`sure_agree` counts the answer tokens whose label gives the target's first choice at least SURE of its
-    whole vocabulary's probability; moving the bar moves which positions count."""
-    from ddd.eagle3 import new_eagle3_head
-
-    head = new_eagle3_head(llama, layers=(0, 1, 2), seed=3).float()
-    batch = distill.Batch(torch.tensor([[5, 9, 17, 23, 31, 40, 8]]), torch.tensor([7]), torch.tensor([0]))
-    embed = llama.model.get_input_embeddings()
-    for bar, expected in ((0.0, "all"), (1.01, "none")):
-        monkeypatch.setattr(distill, "SURE", bar)
-        teacher = distill.teach(llama, head, batch, bf16=False, argmax=True)
-        _, stats = distill.unrolled_loss(head, embed, batch, teacher, levels=1, decay=1.0, prefix=0, bf16=False)
-        assert stats.sure_count[0] == (stats.answer_count[0] if expected == "all" else 0)
-        assert stats.sure_agree[0] == (stats.answer_agree[0] if expected == "all" else 0.0)
-    train_teacher = distill.teach(llama, head, batch, bf16=False)
-    _, train_stats = distill.unrolled_loss(head, embed, batch, train_teacher, levels=1, decay=1.0, prefix=0,
-                                           bf16=False)
-    assert train_stats.sure_count == []  # training batches carry no whole-vocabulary labels
-
-
-def test_answers_only_scores_the_answer_tokens_exactly_as_the_whole_texts_pass_does(llama):
-    """Levels 2 and deeper then run over each row's answer alone, rows whose answers start at different
-    places and end at different lengths; every answer position must come out as it does when every position
-    is run."""
-    from ddd.eagle3 import new_eagle3_head
-
-    head = new_eagle3_head(llama, layers=(0, 1, 2), seed=3).float()
-    ids = torch.tensor([[5, 9, 17, 23, 31, 40, 8, 12, 14, 3], [7, 11, 13, 19, 21, 25, 27, 0, 0, 0]])
-    batch = distill.Batch(ids, torch.tensor([10, 7]), torch.tensor([7, 3]))
-    teacher = distill.teach(llama, head, batch, bf16=False)
-    embed = llama.model.get_input_embeddings()
-    original = head.logits
-
-    def scored(answers_only):
-        captured = []
-        head.logits = lambda out: captured.append(original(out)) or captured[-1]
-        _, stats = distill.unrolled_loss(head, embed, batch, teacher, levels=3, decay=1.0, prefix=0, bf16=False,
-                                         answers_only=answers_only)
-        return captured, stats
-
-    whole, whole_stats = scored(False)
-    answers, answer_stats = scored(True)
-    for level in range(3):
-        on_answer = torch.cat([torch.arange(1 + level, length) >= start
-                               for length, start in zip(batch.lengths.tolist(), batch.starts.tolist())])
-        torch.testing.assert_close(answers[level], whole[level][on_answer], rtol=1e-4, atol=1e-5)
-        assert answer_stats.count[level] == whole_stats.answer_count[level] == int(on_answer.sum())
-        assert answer_stats.agree[level] == whole_stats.answer_agree[level]
-        assert abs(answer_stats.loss[level] - whole_stats.answer_loss[level]) < 1e-5
-
-
-def test_a_batch_with_no_answer_token_has_nothing_to_score_with_answers_only(llama):
-    """Prompts cut to the length limit before their answer begin: such a batch is skipped, not a step."""
-    from ddd.eagle3 import new_eagle3_head
-
-    head = new_eagle3_head(llama, layers=(0, 1, 2), seed=3).float()
-    batch = distill.Batch(torch.tensor([[5, 9, 17, 23, 31, 40, 8]]), torch.tensor([7]), torch.tensor([7]))
-    teacher = distill.teach(llama, head, batch, bf16=False)
-    loss, stats = distill.unrolled_loss(head, llama.model.get_input_embeddings(), batch, teacher, levels=2,
-                                        decay=1.0, prefix=0, bf16=False, answers_only=True)
-    assert loss is None and stats.count == []
-
-
 def test_bad_settings_are_refused_with_a_message(tiny_llama_dir, corpus, tmp_path, capsys):
     assert _distill(tiny_llama_dir, corpus, tmp_path, "--levels", "0") == 2
     assert "--levels must be at least 1" in capsys.readouterr().err
@@ -397,9 +261,6 @@ def test_a_head_trained_on_one_level_is_still_scored_on_deeper_ones(tiny_llama_d
 
 def test_added_layers_can_train_at_their_own_learning_rate(tiny_llama_dir, corpus, tmp_path):
     """`--layers-lr` gives the stock layers after the first their own peak rate; the schedule scales both."""
-    from ddd.eagle3 import deepen
-    from ddd.train.common import Optimiser
-
     assert _distill(tiny_llama_dir, corpus, tmp_path / "one", "--steps", "4", "--eval-every", "100") == 0
     head = deepen(load_head(tmp_path / "one" / "head", load_tiny(tiny_llama_dir)).float(), 2)
     optimiser = Optimiser(head, 1e-4, steps=10, warmup=1, clip=0.5, prefix_lr={"layers.": 1e-2})
@@ -414,50 +275,3 @@ def test_added_layers_can_train_at_their_own_learning_rate(tiny_llama_dir, corpu
     init = ("--init", str(tmp_path / "one" / "head"), "--eval-every", "100", "--head-layers", "2")
     assert _distill(tiny_llama_dir, corpus, tmp_path / "deep", *init, "--steps", "2", "--layers-lr", "1e-2") == 0
     assert _distill(tiny_llama_dir, corpus, tmp_path / "bad", *init, "--layers-lr", "-1") == 2
-
-
-def test_a_teacher_for_answers_alone_labels_them_only_and_scores_them_as_the_whole_texts_teacher(llama):
-    from ddd.eagle3 import new_eagle3_head
-
-    head = new_eagle3_head(llama, layers=(0, 1, 2), seed=3).float()
-    ids = torch.tensor([[5, 9, 17, 23, 31, 40, 8, 12, 14, 3], [7, 11, 13, 19, 21, 25, 27, 0, 0, 0]])
-    batch = distill.Batch(ids, torch.tensor([10, 7]), torch.tensor([7, 3]))
-    whole = distill.teach(llama, head, batch, bf16=False)
-    answer = distill.teach(llama, head, batch, bf16=False, answers_only=True)
-    assert whole.label_p.shape[0] == 17 and answer.label_p.shape[0] == 3 + 4  # padding is never labelled
-    embed = llama.model.get_input_embeddings()
-
-    def loss(teacher, answers_only):
-        return distill.unrolled_loss(head, embed, batch, teacher, levels=3, decay=0.8, prefix=0, bf16=False,
-                                     answers_only=answers_only)
-
-    (a, a_stats), (w, w_stats) = loss(answer, True), loss(whole, True)
-    assert abs(float(a) - float(w)) < 1e-6 and a_stats.agree == w_stats.agree
-    with pytest.raises(ValueError, match="no label"):
-        loss(answer, False)  # the whole-text pass scores prompt positions, which this teacher left out
-
-
-def test_confidence_weights_favour_positions_where_the_target_is_sure():
-    label_p = torch.tensor([[0.9, 0.05, 0.05], [0.4, 0.3, 0.3]])
-    torch.testing.assert_close(distill.position_weights(label_p, 1.0), torch.tensor([0.9, 0.4]))
-    torch.testing.assert_close(distill.position_weights(label_p, 2.0), torch.tensor([0.81, 0.16]))
-    torch.testing.assert_close(distill.position_weights(label_p, 0.0), torch.ones(2))
-
-
-def test_a_confidence_weighted_loss_averages_each_level_by_the_targets_top_probability(llama):
-    """The loss that trains is the weighted mean of the divergences; the one the stats report is the plain
-    mean, the same as an unweighted run's."""
-    head, batch, teacher, captured = _two_rows_with_captured_logits(llama)
-    embed = llama.model.get_input_embeddings()
-    weighted, weighted_stats = distill.unrolled_loss(head, embed, batch, teacher, levels=1, decay=1.0, prefix=0,
-                                                     bf16=False, confidence_weight=2.0)
-    plain, plain_stats = distill.unrolled_loss(head, embed, batch, teacher, levels=1, decay=1.0, prefix=0,
-                                               bf16=False)
-    rows = torch.cat([teacher.label_row[row, 1:length] for row, length in enumerate(batch.lengths.tolist())])
-    p = teacher.label_p[rows]
-    divergence = teacher.label_plogp[rows] - (p * torch.log_softmax(captured[0], dim=-1)).sum(-1)
-    weight = p.max(-1).values ** 2
-    assert abs(float(weighted) - float((weight * divergence).sum() / weight.sum())) < 1e-5
-    assert abs(float(plain) - float(divergence.mean())) < 1e-5
-    assert abs(float(weighted) - float(plain)) > 1e-4
-    assert weighted_stats.loss == plain_stats.loss

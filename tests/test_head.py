@@ -5,7 +5,7 @@ import pytest
 import torch
 from safetensors.torch import save_file
 
-from ddd import HeadLoadError, generate, load_head, new_head, save_head
+from ddd import HeadLoadError, generate, load_head, new_eagle3_head, new_head, save_head
 
 OFFICIAL_KEYS = {
     "fc.weight", "fc.bias", "layers.0.self_attn.q_proj.weight", "layers.0.self_attn.k_proj.weight",
@@ -107,3 +107,15 @@ def test_one_rule_picks_the_head_for_every_caller(tmp_path):
     assert choose_head("random", DEFAULT_MODEL).source is None
     given = choose_head(str(tmp_path / "my-head"), "some/model")
     assert given.source == str(tmp_path / "my-head") and given.label == "my-head" and given.note == ""
+
+
+def test_a_new_head_is_built_from_its_seed_alone_and_leaves_the_callers_random_draws_alone(llama):
+    torch.manual_seed(1234)
+    before = torch.get_rng_state()
+    eagle = [new_head(llama, seed=5) for _ in range(2)]
+    eagle3 = [new_eagle3_head(llama, layers=(0, 1, 2), seed=5) for _ in range(2)]
+    assert torch.equal(torch.get_rng_state(), before)
+    for a, b in (eagle, eagle3):
+        assert a.state_dict().keys() == b.state_dict().keys()
+        assert all(torch.equal(v, b.state_dict()[k]) for k, v in a.state_dict().items())
+    assert not torch.equal(new_head(llama, seed=6).fc.weight, eagle[0].fc.weight)

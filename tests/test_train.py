@@ -6,7 +6,9 @@ import json
 import pytest
 import torch
 
-from ddd.train import answers, fit, cli as train, common as training
+from ddd.checkpoint import load_head
+from ddd.head import new_head
+from ddd.train import answers, decoding, eagle_loss, fit, cli as train, common as training
 
 
 @pytest.fixture(scope="module")
@@ -38,8 +40,6 @@ def six_samples(six_dir):
 
 
 def test_data_then_fit_end_to_end(tiny_llama_dir, llama, prompts, tmp_path, capsys):
-    from ddd.head import load_head
-
     data_dir = tmp_path / "data"
     assert train.main(_data_args(tiny_llama_dir, prompts, data_dir)) == 0
     shards = sorted(data_dir.glob("shard_*.pt"))
@@ -100,10 +100,8 @@ def test_data_then_fit_end_to_end(tiny_llama_dir, llama, prompts, tmp_path, caps
 
 @pytest.mark.parametrize("soft", [False, True], ids=["next-token", "target-distribution"])
 def test_loss_goes_down_with_the_trainer(llama, six_samples, soft):
-    from ddd.head import new_head
-
     head = new_head(llama).train().requires_grad_(True)
-    trainer = fit.HeadTrainer(llama, head, soft=soft)
+    trainer = eagle_loss.HeadTrainer(llama, head, soft=soft)
     batch = fit.collate(six_samples, max_len=512)
     optimizer = torch.optim.AdamW(head.parameters(), lr=3e-3)
     first = None
@@ -146,10 +144,8 @@ def test_level_two_sees_what_a_second_draft_call_sees(llama):
     before t: the same output as running the head on that context and then the one guessed position."""
     from transformers import DynamicCache
 
-    from ddd.head import new_head
-
     head = new_head(llama).eval()
-    trainer = fit.HeadTrainer(llama, head)
+    trainer = eagle_loss.HeadTrainer(llama, head)
     torch.manual_seed(0)
     width, hidden = 7, llama.hidden_size
     embeds, feats, guesses = (torch.randn(1, width, hidden) for _ in range(3))
@@ -166,10 +162,8 @@ def test_level_two_sees_what_a_second_draft_call_sees(llama):
 
 
 def test_level_two_training_lowers_the_deeper_loss(llama, six_samples):
-    from ddd.head import new_head
-
     head = new_head(llama).train().requires_grad_(True)
-    trainer = fit.HeadTrainer(llama, head, level2=0.5)
+    trainer = eagle_loss.HeadTrainer(llama, head, level2=0.5)
     batch = fit.collate(six_samples, max_len=512)
     optimizer = torch.optim.AdamW(head.parameters(), lr=3e-3)
     before = trainer.evaluate([batch])["acc_self"]
@@ -215,7 +209,7 @@ def test_soft_cross_entropy_is_smallest_at_the_target_distribution():
     hidden, vocab = 8, 12
 
 
-    trainer = fit.HeadTrainer.__new__(fit.HeadTrainer)
+    trainer = eagle_loss.HeadTrainer.__new__(eagle_loss.HeadTrainer)
     trainer.soft, trainer.ce_weight, trainer.rows = True, 1.0, None
     trainer.lm_weight = torch.randn(vocab, hidden)
     want = torch.randn(5, hidden)
@@ -304,10 +298,10 @@ def test_a_row_whose_answer_ends_takes_the_next_prompt(llama):
     import types
 
     lengths = (3, 11, 6, 17, 8)
-    items = [answers._Item(i, f"p{i}", [(7 * i + j) % 90 + 5 for j in range(n)], False, False)
+    items = [decoding.Item(i, f"p{i}", [(7 * i + j) % 90 + 5 for j in range(n)], False, False)
              for i, n in enumerate(lengths)]
     args = types.SimpleNamespace(max_new_tokens=6, temperature=0.7, bf16=False, batch_size=2)
-    done = list(answers._answers(llama, items, args, torch.Generator().manual_seed(0)))
+    done = list(decoding.decode_answers(llama, items, args, torch.Generator().manual_seed(0)))
     assert sorted(s["index"] for s in done) == list(range(5))
     for sample in done:
         prompt = torch.tensor([items[sample["index"]].ids])

@@ -211,17 +211,19 @@ def read_checkpoint(ckpt_dir: str | Path, resume: bool) -> dict | None:
 
 
 def write_checkpoint(ckpt_dir: str | Path, head: torch.nn.Module, optimiser: Optimiser, progress: Progress,
-                     **extra) -> None:
+                     generator: torch.Generator, **extra) -> None:
+    """Everything --resume needs, `generator` being the run's own source of random draws."""
     save_checkpoint(Path(ckpt_dir) / "checkpoint.pt", {
         "head": head.state_dict(), "optimiser": optimiser.state_dict(), "progress": asdict(progress),
-        "torch_rng": torch.get_rng_state(), **extra,
+        "torch_rng": generator.get_state(), **extra,
     })
 
 
-def restore(state: dict, head: torch.nn.Module, optimiser: Optimiser) -> Progress:
+def restore(state: dict, head: torch.nn.Module, optimiser: Optimiser, generator: torch.Generator) -> Progress:
+    """Put a checkpoint's weights, optimiser and random draws back; where the run stood."""
     head.load_state_dict(state["head"], strict=False)
     optimiser.load_state_dict(state["optimiser"])
-    torch.set_rng_state(state["torch_rng"])
+    generator.set_state(state["torch_rng"])
     return Progress(**state["progress"])
 
 

@@ -8,359 +8,31 @@
 The target reads whole texts (a user turn and an answer, through the chat template) in one forward per
 batch, so a position of training signal costs a small part of a decoded token. At every position the
 target's own next-token distribution over the draft vocabulary is the label, and its features at three
-layers are the EAGLE-3 head's input; nothing is stored but checkpoints.
-
-The head trains with training-time test (docs/training.md): level j of the unrolled head reads its own
-output of level j-1 and attends to the real context plus its own chain, exactly as a node j+1 deep in a
-draft tree does. For tokens x_0..x_{T-1}, target features a_i (after reading x_i) and target distributions
-p_i (of x_{i+1}), level j at index i reads (embed(x_{i+1+j}), level j-1's output at i), sits at position
-i+j, and is scored against p_{i+1+j}.
+layers are the EAGLE-3 head's input; nothing is stored but checkpoints. The texts and batches are in
+ddd/train/texts.py, the training-time-test loss in ddd/train/unrolled.py, and the changes an --init head may
+go through in ddd/train/resize.py.
 """
 from __future__ import annotations
 
 import argparse
 import random
 import time
-import zlib
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from pathlib import Path
 
 import torch
-import torch.nn.functional as F
-from transformers import DynamicCache
 
-from ddd.eagle3 import (DRAFT_HIDDEN, deepen, new_eagle3_head, seeded_from_target, shallower, widen, with_draft_hidden,
-                        with_features, with_vocab)
-from .common import (DEFAULT_CORPUS, Optimiser, Progress, TrainError, add_machine_arguments, choose_draft_vocab,
-                     epoch_batches, length_batches, log_record, read_checkpoint, read_corpus, read_prompts, restore,
-                     write_checkpoint)
+from ddd.checkpoint import load_head, save_head
+from ddd.eagle3 import DRAFT_HIDDEN, new_eagle3_head
+from ddd.models import load_target
+from .common import (DEFAULT_CORPUS, DEFAULT_PROMPTS, Optimiser, Progress, TrainError, add_machine_arguments,
+                     epoch_batches, log_record, read_checkpoint, restore, write_checkpoint)
+from .resize import deepen, seeded_from_target, shallower, widen, with_draft_hidden, with_features, with_vocab
+from .texts import (Batch, Text, cached_texts, collate, draft_vocabulary, grown_vocabulary, is_heldout, make_batches,
+                    template_prefix)
+from .unrolled import evaluate, teach, unrolled_loss
 
-HELDOUT_EVERY = 50  # one prompt in 50 (by a hash of its text) is held out, with every answer to it
 DRAFT_VOCAB = 16384  # a new head's own vocabulary: 97% of the target's answer tokens (assets/head/README.md)
-SURE = 0.9  # the target's probability of its first choice above which evaluation also counts a position as sure
-
-
-@dataclass
-class Text:
-    key: str  # the user turn: answers to one prompt stay on one side of the held-out split
-    ids: list[int]
-    start: int  # index of the first answer token (len(ids) for a question alone)
-
-
-@dataclass
-class Batch:
-    ids: torch.Tensor  # (B, T) right-padded
-    lengths: torch.Tensor  # (B,)
-    starts: torch.Tensor  # (B,) index of each row's first answer token
-
-
-def is_heldout(key: str) -> bool:
-    return zlib.crc32(key.encode("utf-8", "surrogatepass")) % HELDOUT_EVERY == 0
-
-
-def read_texts(corpus: list[str], prompts: str | None, tokenizer, max_len: int) -> list[Text]:
-    """Chat-templated token ids: corpus rows as a user turn plus its answer, prompts as a user turn alone."""
-    turns: list[tuple[str, list[dict], bool]] = []
-    for path in corpus:
-        for prompt, response in read_corpus(path):
-            turns.append((prompt, [{"role": "user", "content": prompt}, {"role": "assistant", "content": response}],
-                          False))
-    if prompts:
-        for row in read_prompts(prompts):
-            turns.append((row["prompt"], [{"role": "user", "content": row["prompt"]}], True))
-    if not turns:
-        return []
-    texts = [tokenizer.apply_chat_template(messages, tokenize=False, add_generation_prompt=question)
-             for _, messages, question in turns]
-    questions = [tokenizer.apply_chat_template(messages[:1], tokenize=False, add_generation_prompt=True)
-                 for _, messages, _ in turns]
-    encoded = tokenizer(texts, add_special_tokens=False)["input_ids"]
-    asked = tokenizer(questions, add_special_tokens=False)["input_ids"]
-    out = []
-    for (key, _, question), ids, head in zip(turns, encoded, asked):
-        start = len(ids) if question else _common_prefix(ids, head)
-        ids = ids[:max_len]
-        if len(ids) >= 3:
-            out.append(Text(key, ids, min(start, len(ids))))
-    return out
-
-
-def _common_prefix(a: list[int], b: list[int]) -> int:
-    n = 0
-    while n < min(len(a), len(b)) and a[n] == b[n]:
-        n += 1
-    return n
-
-
-def read_answers(directories: list[str], max_len: int) -> list[Text]:
-    """The target's own answers, as `python -m ddd.train data` stores them, keyed by their prompt's text so
-    that they fall on the same side of the held-out split as the corpus rows on that prompt."""
-    from .answers import answered_samples
-
-    texts = []
-    for directory in directories:
-        for sample, prompt in answered_samples(directory):
-            ids = sample["ids"].tolist()[:max_len]
-            if len(ids) >= 3:
-                texts.append(Text(prompt, ids, min(sample["prompt_len"], len(ids))))
-    return texts
-
-
-def template_prefix(tokenizer) -> int:
-    """Tokens every chat-templated text starts with (a fixed system turn): too easy to count as signal."""
-    a, b = ([tokenizer.apply_chat_template([{"role": "user", "content": c}], tokenize=False)] for c in ("a", "b"))
-    ids_a, ids_b = (tokenizer(t, add_special_tokens=False)["input_ids"][0] for t in (a, b))
-    return _common_prefix(ids_a, ids_b)
-
-
-def make_batches(texts: list[Text], batch_tokens: int, rng: random.Random) -> list[list[Text]]:
-    return length_batches(texts, [len(t.ids) for t in texts], batch_tokens, rng)
-
-
-def collate(texts: list[Text], pad_id: int) -> Batch:
-    width = max(len(t.ids) for t in texts)
-    ids = torch.full((len(texts), width), pad_id, dtype=torch.long)
-    for row, text in enumerate(texts):
-        ids[row, : len(text.ids)] = torch.tensor(text.ids)
-    return Batch(ids, torch.tensor([len(t.ids) for t in texts]), torch.tensor([t.start for t in texts]))
-
-
-@dataclass
-class Teacher:
-    """What the target says about a batch: the head's input features and, at the positions a level may
-    score, the labels."""
-
-    aux: torch.Tensor  # (B, T, 3H) features at the head's three layers
-    label_row: torch.Tensor  # (B, T) each position's row in the label tensors below, -1 where it has none
-    label_p: torch.Tensor  # (N, V_draft) the target's probabilities, renormalised over the draft vocabulary
-    label_plogp: torch.Tensor  # (N,) sum of p log p: the KL divergence's constant part, once per position
-    label_best: torch.Tensor  # (N,) the draft-vocabulary row the target ranks first
-    argmax: torch.Tensor | None  # (N,) the target's most likely next token over its whole vocabulary (evaluation)
-    # (N,) where the target gives its first choice at least SURE of its whole vocabulary's probability (evaluation)
-    sure: torch.Tensor | None = None
-
-    def rows(self, batch_rows: torch.Tensor, positions: torch.Tensor) -> torch.Tensor:
-        rows = self.label_row[batch_rows, positions]
-        if bool((rows < 0).any()):
-            raise ValueError("A level scores a position the teacher gave no label.")
-        return rows
-
-
-def teach(target, head, batch: Batch, bf16: bool, argmax: bool = False, temperature: float = 1.0,
-          answers_only: bool = False) -> Teacher:
-    """One teacher-forced target forward; bf16 autocast makes it about three times faster on a CPU.
-    Labels are computed where a level may score: every position of a text, or with `answers_only` its answer
-    alone (on the target's own answers that saved a quarter of the teacher's time: docs/training.md).
-    A `temperature` below 1 sharpens the labels: the head then spends its capacity on the target's first
-    choice, which is what greedy verification accepts, while still learning the order of the runners-up."""
-    vocab = head.draft_to_target()
-    ids = batch.ids.to(target.device)
-    columns = torch.arange(ids.shape[1], device=ids.device)[None]
-    labelled = columns < batch.lengths.to(ids.device)[:, None]
-    if answers_only:
-        labelled &= columns >= batch.starts.to(ids.device)[:, None]
-    label_row = torch.full(ids.shape, -1, dtype=torch.long, device=ids.device)
-    label_row[labelled] = torch.arange(int(labelled.sum()), device=ids.device)
-    with torch.no_grad(), torch.autocast(target.device.type, dtype=torch.bfloat16, enabled=bf16):
-        out = target.model.model(input_ids=ids, output_hidden_states=head.hidden_state_ids)
-        aux = head.target_features(out).float()
-        last = out.last_hidden_state[labelled]
-        if argmax:  # evaluation: the whole vocabulary's logits, of which the draft's are a subset
-            logits = last @ target.lm_weight.T
-            best, draft_logits = logits.argmax(-1), logits[..., vocab].float()
-            sure = logits.float().softmax(-1).amax(-1) >= SURE
-        else:
-            best, draft_logits, sure = None, (last @ target.lm_weight[vocab].T).float(), None
-    logp = F.log_softmax(draft_logits / temperature, dim=-1)
-    p = logp.exp()
-    return Teacher(aux, label_row, p, (p * logp).sum(-1), logp.argmax(-1), best, sure)
-
-
-def level_mask(columns: torch.Tensor, n: int, level: int) -> torch.Tensor:
-    """Level j's queries, at `columns` (rows x width indices into the n-long context), see the real context
-    causally and, for each earlier level and their own, only themselves: the chain of guesses that led to
-    them (boolean, True = attend)."""
-    rows, width = columns.shape
-    causal = torch.arange(n, device=columns.device)[None, None] <= columns[:, :, None]
-    eye = torch.eye(width, dtype=torch.bool, device=columns.device).expand(rows, width, width)
-    return torch.cat([causal] + [eye] * level, dim=2)[:, None]
-
-
-def answer_columns(batch: Batch, levels: int, n: int) -> torch.Tensor:
-    """Each row's indices whose deeper levels can predict answer tokens: from `levels` before its first
-    answer token to its end, padded on the right to the widest row (indices past n - 1 are never scored).
-    An answer is at most a few hundred tokens where its prompt may be a thousand, so every level after the
-    first runs over these alone."""
-    first = (batch.starts - levels).clamp(min=0, max=n - 1)
-    width = int((batch.lengths - 1 - first).clamp(min=1).max())
-    return first[:, None] + torch.arange(width)[None]
-
-
-@dataclass
-class LevelStats:
-    loss: list[float] = field(default_factory=list)
-    agree: list[float] = field(default_factory=list)  # top-1 agreement with the target's whole-vocabulary argmax
-    count: list[int] = field(default_factory=list)
-    # The same over answer tokens alone: what a draft tree guesses at, where the question is the user's.
-    answer_loss: list[float] = field(default_factory=list)
-    answer_agree: list[float] = field(default_factory=list)
-    answer_count: list[int] = field(default_factory=list)
-    # Agreement on answer tokens where the target is sure of its first choice (evaluation): a head that misses
-    # these lacks what the target knows, not a coin flip the target itself barely decides.
-    sure_agree: list[float] = field(default_factory=list)
-    sure_count: list[int] = field(default_factory=list)
-
-
-def position_weights(label_p: torch.Tensor, power: float) -> torch.Tensor:
-    """Each position's weight, p_max**power: greedy verification accepts a draft token only where it is the
-    target's first choice, and a chain of accepted tokens runs through positions where the target is sure of
-    it. Where the target spreads its bets, even a head that matched its distribution exactly would guess its
-    first choice seldom, yet the divergence there is largest; these weights move the head's capacity toward
-    the positions that can be accepted."""
-    return label_p.max(-1).values.pow(power)
-
-
-def unrolled_loss(head, embed, batch: Batch, teacher: Teacher, levels: int, decay: float, prefix: int,
-                  bf16: bool, score_share: float = 1.0, answers_only: bool = False,
-                  confidence_weight: float = 0.0) -> tuple[torch.Tensor | None, LevelStats]:
-    """The training-time-test loss over `levels` draft levels: KL divergence from the target's distribution,
-    level j weighted decay**j. With `score_share` < 1 each level scores a random share of its positions:
-    the draft LM head over them is most of a step's cost, and neighbouring positions teach much the same.
-    With `answers_only` only answer tokens are scored, and every level after the first runs over the answers
-    alone: a draft tree guesses answers, and the question is the user's. The loss is None where nothing is
-    scored (a batch of prompts cut before their answers, with `answers_only`). With `confidence_weight`
-    above 0, each position's divergence counts in proportion to p_max**confidence_weight, p_max being the
-    target's probability of its own first choice there (`position_weights`); the losses in the returned stats
-    stay unweighted, so that runs compare."""
-    ids = batch.ids.to(teacher.aux.device)
-    n = ids.shape[1] - 1
-    everything = torch.arange(n, device=ids.device)[None]
-    deeper = answer_columns(batch, levels, n).to(ids.device) if answers_only else everything
-    lengths, starts = batch.lengths.to(ids.device)[:, None], batch.starts.to(ids.device)[:, None]
-    cache = DynamicCache(config=head.config)
-    vocab = head.draft_to_target()
-    total, weights, stats = 0.0, 0.0, LevelStats()
-    hidden = None
-    for level in range(levels):
-        columns = everything if level == 0 else deeper
-        clamped = columns.clamp(max=n - 1)  # one row in the whole-text pass: its mask broadcasts over the batch
-        inside = clamped.expand(ids.shape[0], -1)
-        label_at = columns + 1 + level  # the position whose distribution this level predicts
-        valid = (label_at <= lengths - 1) & (label_at >= prefix)
-        answer = (label_at >= starts).expand_as(valid)
-        if answers_only:
-            valid &= answer
-        if score_share < 1:
-            valid &= torch.rand(valid.shape, device=valid.device) < score_share
-        if not valid.any():
-            break
-        with torch.autocast(ids.device.type, dtype=torch.bfloat16, enabled=bf16):
-            if level == 0:
-                hidden = head.fuse(teacher.aux[:, :n])
-            elif level == 1 and deeper is not everything:
-                hidden = hidden.gather(1, inside[..., None].expand(-1, -1, hidden.shape[-1]))
-            # Columns past a row's end read the batch's last column: never scored, and no scored query sees them.
-            tokens = ids.gather(1, (inside + 1 + level).clamp(max=n))
-            out = head(embed(tokens), hidden, inside + level, level_mask(clamped, n, level), cache)
-            logits = head.logits(out[valid])
-        logq = F.log_softmax(logits.float(), dim=-1)
-        rows, at = valid.nonzero(as_tuple=True)
-        label = teacher.rows(rows, inside[rows, at] + 1 + level)
-        # KL rather than cross-entropy: the same gradient, and 0 means the head matches the target exactly.
-        divergence = teacher.label_plogp[label] - (teacher.label_p[label] * logq).sum(-1)
-        loss = divergence.mean()
-        if confidence_weight:
-            weight = position_weights(teacher.label_p[label], confidence_weight)
-            total = total + decay**level * (weight * divergence).sum() / weight.sum()
-        else:
-            total = total + decay**level * loss
-        weights += decay**level
-        guess = vocab[logq.argmax(-1)]
-        agree = guess == (vocab[teacher.label_best[label]] if teacher.argmax is None else teacher.argmax[label])
-        stats.loss.append(float(loss.detach()))
-        stats.agree.append(float(agree.float().mean()))
-        stats.count.append(rows.numel())
-        on_answer = answer[valid]
-        stats.answer_count.append(int(on_answer.sum()))
-        stats.answer_loss.append(float(divergence[on_answer].detach().mean()) if on_answer.any() else 0.0)
-        stats.answer_agree.append(float(agree[on_answer].float().mean()) if on_answer.any() else 0.0)
-        if teacher.sure is not None:
-            on_sure = on_answer & teacher.sure[label]
-            stats.sure_count.append(int(on_sure.sum()))
-            stats.sure_agree.append(float(agree[on_sure].float().mean()) if on_sure.any() else 0.0)
-        hidden = head.next_hidden(out)
-    return (total / weights if weights else None), stats
-
-
-def evaluate(target, head, batches: list[Batch], levels: int, prefix: int, bf16: bool) -> dict[str, float]:
-    """Held-out loss and top-1 agreement at each level, averaged over positions, both over answer tokens
-    alone, and agreement over the answer tokens where the target is sure (`sure_agree`)."""
-    loss, agree, count = [0.0] * levels, [0.0] * levels, [0] * levels
-    answer_loss, answer_agree, answer_count = [0.0] * levels, [0.0] * levels, [0] * levels
-    sure_agree, sure_count = [0.0] * levels, [0] * levels
-    head.eval()
-    with torch.no_grad():
-        for batch in batches:
-            teacher = teach(target, head, batch, bf16, argmax=True)
-            _, stats = unrolled_loss(head, target.model.get_input_embeddings(), batch, teacher, levels, 1.0,
-                                     prefix, bf16)
-            for level, n in enumerate(stats.count):
-                loss[level] += stats.loss[level] * n
-                agree[level] += stats.agree[level] * n
-                count[level] += n
-                answer_loss[level] += stats.answer_loss[level] * stats.answer_count[level]
-                answer_agree[level] += stats.answer_agree[level] * stats.answer_count[level]
-                answer_count[level] += stats.answer_count[level]
-                sure_agree[level] += stats.sure_agree[level] * stats.sure_count[level]
-                sure_count[level] += stats.sure_count[level]
-    head.train()
-    out = {}
-    for level in range(levels):
-        if count[level]:
-            out[f"loss{level + 1}"] = loss[level] / count[level]
-            out[f"agree{level + 1}"] = agree[level] / count[level]
-        if answer_count[level]:
-            out[f"answer_loss{level + 1}"] = answer_loss[level] / answer_count[level]
-            out[f"answer_agree{level + 1}"] = answer_agree[level] / answer_count[level]
-        if sure_count[level]:
-            out[f"sure_agree{level + 1}"] = sure_agree[level] / sure_count[level]
-    return out
-
-
-def _texts(args, target, cache_dir: Path) -> list[Text]:
-    """Tokenised texts, cached beside the checkpoint so that a resumed stage starts at once."""
-    source = {"corpus": list(args.corpus), "prompts": args.prompts, "max_len": args.max_len, "model": target.name,
-              "answers": [str(Path(d).resolve()) for d in args.answers]}
-    path = cache_dir / "texts.pt"
-    if path.exists():
-        cached = torch.load(path, weights_only=False)
-        if cached["source"] == source:
-            return [Text(*row) for row in cached["texts"]]
-    texts = read_texts(list(args.corpus), args.prompts, target.tokenizer, args.max_len)
-    texts += read_answers(args.answers, args.max_len)
-    if not texts:
-        raise TrainError("No texts to distil from: give --corpus files, --prompts or --answers.")
-    cache_dir.mkdir(parents=True, exist_ok=True)
-    torch.save({"source": source, "texts": [(t.key, t.ids, t.start) for t in texts]}, path)
-    return texts
-
-
-def _by_frequency(texts: list[Text], vocab_size: int) -> torch.Tensor:
-    """Every target id, the training texts' most frequent first."""
-    counts = torch.bincount(torch.tensor([i for t in texts for i in t.ids]), minlength=vocab_size)
-    return counts.argsort(descending=True, stable=True)
-
-
-def draft_vocabulary(texts: list[Text], vocab_size: int, size: int, eos: set[int]) -> torch.Tensor:
-    """The `size` most frequent target tokens of the training texts, always with the end-of-turn tokens."""
-    return choose_draft_vocab(_by_frequency(texts, vocab_size), size, eos)
-
-
-def grown_vocabulary(texts: list[Text], have: torch.Tensor, size: int, vocab_size: int) -> torch.Tensor:
-    """`have` plus the training texts' most frequent other tokens, `size` target ids in all (ascending)."""
-    ranking = _by_frequency(texts, vocab_size)
-    extra = ranking[~torch.isin(ranking, have.cpu())][: max(0, size - have.numel())]
-    return torch.cat((have.cpu(), extra)).sort().values
 
 
 def _check(args) -> None:
@@ -401,8 +73,6 @@ def _head(args, target, train: list[Text], state: dict | None):
     """The head to train: the checkpoint's, the --init head (deepened or cut to --head-layers, widened to
     --head-mlp, reading the added --feature-layers too), or a new one over the training texts' vocabulary
     (seeded from the target's top layers with --from-target)."""
-    from ddd.head import load_head
-
     if state is None and args.init:
         head = load_head(args.init, target)
         if head.kind != "eagle3":
@@ -460,10 +130,8 @@ def _feature_layers(args) -> tuple[int, ...]:
 
 
 def _stage(args, state: dict | None) -> Stage:
-    from ddd.models import load_target
-
     target = load_target(args.model, device=args.device)
-    texts = _texts(args, target, Path(args.ckpt_dir))
+    texts = cached_texts(args, target, Path(args.ckpt_dir))
     train = [t for t in texts if not is_heldout(t.key)]
     held = [t for t in texts if is_heldout(t.key)][: args.eval_texts]
     prefix = template_prefix(target.tokenizer)
@@ -490,8 +158,6 @@ def _stage(args, state: dict | None) -> Stage:
 
 
 def cmd_distill(args) -> int:
-    from ddd.head import save_head
-
     _check(args)
     began = time.time()
     if args.threads:
@@ -502,9 +168,10 @@ def cmd_distill(args) -> int:
     optimiser = Optimiser(head, args.lr, args.steps, max(1, args.steps // 50), args.clip,
                           prefix_lr={prefix: rate for prefix, rate in (("layers.", args.layers_lr), ("lm_head.", args.lm_lr))
                                      if rate})
-    if state is None:
-        torch.manual_seed(args.seed)  # which positions each level scores: the same draws whole or resumed
-    progress = restore(state, head, optimiser) if state is not None else Progress()
+    # Which positions each level scores: the checkpoint keeps the generator's state, so that a resumed run
+    # draws what the whole run would have.
+    generator = torch.Generator().manual_seed(args.seed)
+    progress = restore(state, head, optimiser, generator) if state is not None else Progress()
     pad = target.tokenizer.pad_token_id or 0
     batches = epoch_batches(progress, lambda epoch: make_batches(stage.train, args.batch_tokens,
                                                                  random.Random(args.seed * 7919 + epoch)))
@@ -512,7 +179,7 @@ def cmd_distill(args) -> int:
     scored = args.eval_levels or args.levels
 
     def save(final: bool) -> None:
-        write_checkpoint(args.ckpt_dir, head, optimiser, progress, draft_vocab=head.draft_to_target(),
+        write_checkpoint(args.ckpt_dir, head, optimiser, progress, generator, draft_vocab=head.draft_to_target(),
                          layers=head.aux_layers, head_layers=head.config.num_hidden_layers,
                          head_mlp=head.config.intermediate_size, draft_hidden=head.draft_hidden)
         save_head(head, args.out, extra={"training": stage.summary | {
@@ -532,7 +199,7 @@ def cmd_distill(args) -> int:
         teacher = teach(target, head, batch, args.bf16, temperature=args.label_temperature,
                         answers_only=args.answers_only)
         loss, stats = unrolled_loss(head, embed, batch, teacher, args.levels, args.decay, stage.prefix, args.bf16,
-                                    args.score_share, args.answers_only, args.confidence_weight)
+                                    args.score_share, args.answers_only, args.confidence_weight, generator)
         if loss is None:
             continue
         optimiser.step(loss)
@@ -564,7 +231,7 @@ def add_parser(sub) -> None:
     p.add_argument("--out", required=True, help="where the head goes (config.json + model.safetensors)")
     p.add_argument("--corpus", nargs="*", default=list(DEFAULT_CORPUS),
                    help="JSONL files of {prompt, response} rows (default: the shared corpus)")
-    p.add_argument("--prompts", default="../shared/data/train_prompts.jsonl",
+    p.add_argument("--prompts", default=DEFAULT_PROMPTS,
                    help="JSONL of prompts, read as user turns alone ('' for none)")
     p.add_argument("--answers", nargs="*", default=[],
                    help="directories written by `python -m ddd.train data`: the target's own answers (stage two)")

@@ -1,15 +1,9 @@
 """Fitting an EAGLE-1/2 head on stored answers (`python -m ddd.train fit`).
 
-The head's fc and decoder layer train (the target's embeddings and LM head stay frozen) with the EAGLE
-loss: SmoothL1 between predicted and true next features + 0.1 x cross-entropy of the draft logits against
-the next token (or the target's whole distribution), with uniform noise on the input features. Answer
-positions count (`--positions all`: question tokens too), and `--level2` adds the loss one level deeper,
-where the head reads its own guesses as inside a draft tree. Checkpoints are written periodically and
-`--resume` continues from the last one.
-
-Alignment: for tokens x_0..x_n and features f_0..f_{n-1} (f_t is the target's feature after reading x_t),
-the head reads (embed(x_{t+1}), f_t) at position t and its output h_t should equal f_{t+1}; the draft
-logits of h_t predict x_{t+2}.
+The head's fc and decoder layer train with the EAGLE loss (ddd/train/eagle_loss.py). Answer positions count
+(`--positions all`: question tokens too), and `--level2` adds the loss one level deeper, where the head reads
+its own guesses as inside a draft tree. Checkpoints are written periodically and `--resume` continues from
+the last one.
 """
 from __future__ import annotations
 
@@ -17,13 +11,15 @@ import random
 import time
 
 import torch
-import torch.nn.functional as F
 from tqdm import tqdm
-from transformers import DynamicCache
 
+from ddd.checkpoint import save_head
+from ddd.head import new_head
+from ddd.models import load_target
 from .answers import load_samples
 from .common import (Optimiser, Progress, TrainError, add_machine_arguments, choose_draft_vocab, epoch_batches,
                      length_batches, read_checkpoint, read_prompt_files, read_prompts, restore, write_checkpoint)
+from .eagle_loss import HeadTrainer
 
 COVERAGE_SIZES = (1024, 2048, 4096, 8192, 16384, 32768)
 
@@ -90,7 +86,6 @@ def share_in(vocab: torch.Tensor | None, samples: list[dict]) -> float:
     return float(torch.isin(tokens, vocab).double().mean())
 
 
-
 def shared_prefix(samples: list[dict]) -> int:
     """Length of the token prefix every sample's prompt starts with (a chat template's fixed system turn)."""
     first = samples[0]["ids"][: samples[0]["prompt_len"]]
@@ -127,139 +122,6 @@ def collate(batch: list[dict], max_len: int, prefix: int | None = None) -> dict[
         if n - 2 > first:
             mask[row, first: n - 2] = True
     return {"ids": ids, "features": feats, "mask": mask}
-
-
-class HeadTrainer:
-    """The EAGLE loss on batches from `collate`, with the target's embeddings and LM head frozen.
-
-    level2 > 0 adds the same loss one level deeper at that share of positions: there the head reads its own
-    guess of the feature (its level-one output one position back) while attending to the real-feature context
-    before it, exactly what its second call inside a draft tree sees.
-    """
-
-    def __init__(self, target, head, ce_weight: float = 0.1, noise: float = 0.2, soft: bool = False,
-                 level2: float = 0.0):
-        self.target = target
-        self.head = head
-        self.ce_weight = ce_weight
-        # soft: cross-entropy against the target's whole next-token distribution (read from the stored next
-        # feature) rather than its one sampled token; the tree needs the draft's top-k order, not just top-1
-        self.soft = soft
-        self.noise = noise
-        self.level2 = level2
-        self.embed = target.model.model.embed_tokens
-        weight = target.model.lm_head.weight.detach()
-        rows = head.draft_to_target()
-        self.rows = rows
-        self.lm_weight = weight if rows is None else weight[rows.to(weight.device)].contiguous()
-        t2d = torch.full((target.vocab_size,), -1, dtype=torch.long, device=weight.device)
-        if rows is None:
-            t2d = torch.arange(target.vocab_size, device=weight.device)
-        else:
-            t2d[rows.to(weight.device)] = torch.arange(rows.numel(), device=weight.device)
-        self.t2d = t2d
-
-    def forward(self, batch: dict[str, torch.Tensor], noise: bool, cache: DynamicCache | None = None):
-        """Level one: (predicted h_t, true f_{t+1}, next token x_{t+2}, embed(x_{t+1})) for every position t."""
-        device = self.lm_weight.device
-        ids = batch["ids"].to(device)
-        feats = batch["features"].to(device=device, dtype=self.lm_weight.dtype)
-        width = ids.shape[1] - 2
-        with torch.no_grad():
-            embeds = self.embed(ids[:, 1:1 + width]).to(self.lm_weight.dtype)
-        inputs = feats[:, :width]
-        if noise and self.noise > 0:
-            inputs = inputs + (torch.rand_like(inputs) - 0.5) * self.noise
-        positions = torch.arange(width, device=device).unsqueeze(0).expand(ids.shape[0], -1)
-        predicted = self.head(embeds=embeds, features=inputs, position_ids=positions, cache=cache)
-        return predicted, feats[:, 1:1 + width], ids[:, 2:2 + width], embeds
-
-    def deeper(self, embeds: torch.Tensor, guesses: torch.Tensor, columns: torch.Tensor, cache: DynamicCache) -> torch.Tensor:
-        """Level two at positions `columns` (each >= 1): t reads (embed(x_{t+1}), guesses[t - 1]) and attends to the
-        level-one positions before t, held in `cache`, and to itself."""
-        width, count = embeds.shape[1], columns.numel()
-        device = embeds.device
-        mask = torch.zeros((count, width + count), dtype=torch.bool, device=device)
-        mask[:, :width] = torch.arange(width, device=device)[None] < columns[:, None]
-        mask[:, width:] = torch.eye(count, dtype=torch.bool, device=device)
-        positions = columns[None].expand(embeds.shape[0], -1)
-        return self.head(embeds=embeds[:, columns], features=guesses[:, columns - 1], position_ids=positions,
-                         attention_mask=mask[None, None], cache=cache)
-
-    def soft_ce(self, logits: torch.Tensor, true_next: torch.Tensor) -> torch.Tensor:
-        """Cross-entropy of the draft logits against the target's distribution, read from the true next feature
-        through the same (draft-vocabulary) LM head."""
-        with torch.no_grad():
-            wanted = torch.softmax(true_next.float() @ self.lm_weight.T.float(), dim=-1)
-        return -(wanted * torch.log_softmax(logits.float(), dim=-1)).sum(-1).mean()
-
-    def terms(self, out: torch.Tensor, want: torch.Tensor, tokens: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor, float]:
-        """Feature regression, cross-entropy and top-1 accuracy of predicted features `out` (N, H)."""
-        reg = F.smooth_l1_loss(out, want)
-        logits = out @ self.lm_weight.T
-        if self.soft:
-            ce = self.soft_ce(logits, want)
-        else:
-            labels = self.t2d[tokens]
-            ce = F.cross_entropy(logits, labels, ignore_index=-1) if bool((labels >= 0).any()) else logits.sum() * 0
-        with torch.no_grad():
-            top = logits.argmax(-1)
-            top = top if self.rows is None else self.rows.to(top.device)[top]
-            acc = float((top == tokens).float().mean())
-        return reg, ce, acc
-
-    def _level2_columns(self, width: int, share: float) -> torch.Tensor:
-        columns = torch.arange(1, width, device=self.lm_weight.device)
-        if share >= 1.0:
-            return columns
-        keep = max(1, round(share * columns.numel()))
-        return columns[torch.randperm(columns.numel(), device=columns.device)[:keep].sort().values]
-
-    def loss(self, batch: dict[str, torch.Tensor], noise: bool = True,
-             level2: float | None = None) -> tuple[torch.Tensor, dict[str, float]]:
-        level2 = self.level2 if level2 is None else level2
-        mask = batch["mask"].to(self.lm_weight.device)
-        if mask.shape[1] == 0 or not bool(mask.any()):
-            zero = sum(p.sum() * 0 for p in self.head.parameters())
-            return zero, {"reg": 0.0, "ce": 0.0, "acc": 0.0, "tokens": 0}
-        cache = DynamicCache(config=self.head.config) if level2 > 0 and mask.shape[1] > 1 else None
-        predicted, true_next, next_tokens, embeds = self.forward(batch, noise, cache)
-        reg, ce, acc = self.terms(predicted[mask], true_next[mask], next_tokens[mask])
-        total = reg + self.ce_weight * ce
-        parts = {"reg": float(reg.detach()), "ce": float(ce.detach()), "acc": acc, "tokens": int(mask.sum())}
-        if cache is not None:
-            columns = self._level2_columns(mask.shape[1], level2)
-            deep_mask = mask[:, columns]
-            if bool(deep_mask.any()):
-                deep = self.deeper(embeds, predicted.detach(), columns, cache)
-                reg2, ce2, acc2 = self.terms(deep[deep_mask], true_next[:, columns][deep_mask], next_tokens[:, columns][deep_mask])
-                total = total + reg2 + self.ce_weight * ce2
-                parts |= {"acc2": acc2, "tokens2": int(deep_mask.sum())}
-        return total, parts
-
-    @torch.no_grad()
-    def evaluate(self, batches: list[dict[str, torch.Tensor]]) -> dict[str, float]:
-        """Held-out loss and top-1 accuracy (true features, no noise), and top-1 accuracy one level deeper
-        (the head reading its own guess of the feature, as in a draft tree's second call)."""
-        was_training = self.head.training
-        self.head.eval()
-        sums = {"loss": 0.0, "reg": 0.0, "ce": 0.0, "acc": 0.0, "acc_self": 0.0}
-        count = count2 = 0
-        for batch in batches:
-            _, parts = self.loss(batch, noise=False, level2=1.0)
-            n = parts["tokens"]
-            if n == 0:
-                continue
-            sums["loss"] += (parts["reg"] + self.ce_weight * parts["ce"]) * n
-            for key in ("reg", "ce", "acc"):
-                sums[key] += parts[key] * n
-            count += n
-            if "tokens2" in parts:
-                sums["acc_self"] += parts["acc2"] * parts["tokens2"]
-                count2 += parts["tokens2"]
-        self.head.train(was_training)
-        out = {k: v / max(1, count) for k, v in sums.items() if k != "acc_self"}
-        return out | {"acc_self": sums["acc_self"] / max(1, count2), "tokens": count}
 
 
 def _check(args) -> None:
@@ -316,9 +178,6 @@ def _record(progress: Progress, lr: float, window: list[dict], trainer: HeadTrai
 
 
 def cmd_fit(args) -> int:
-    from ddd.head import new_head, save_head
-    from ddd.models import load_target
-
     _check(args)
     if args.threads:
         torch.set_num_threads(args.threads)
@@ -337,11 +196,11 @@ def cmd_fit(args) -> int:
     vocab, vocab_summary = _draft_vocab(args, target, meta, train, held, state)
     head = new_head(target, draft_vocab=vocab, seed=args.seed).train().requires_grad_(True)
     trainer = HeadTrainer(target, head, ce_weight=args.ce_weight, noise=args.noise, soft=args.ce_target == "target",
-                          level2=args.level2)
+                          level2=args.level2, seed=args.seed)
     prefix = shared_prefix(samples) if args.positions == "all" else None
     warmup = args.warmup if args.warmup is not None else max(1, args.steps // 20)
     optimiser = Optimiser(head, args.lr, args.steps, warmup, args.clip, args.weight_decay)
-    progress = restore(state, head, optimiser) if state is not None else Progress()
+    progress = restore(state, head, optimiser, trainer.generator) if state is not None else Progress()
     if state is not None:
         print(f"resumed from {args.ckpt_dir} at step {progress.step}", flush=True)
     held_batches = [collate(b, args.max_len) for b in make_batches(held, args.batch_tokens, random.Random(0))]
@@ -367,7 +226,7 @@ def cmd_fit(args) -> int:
                 tqdm.write(" ".join(f"{k}={v:.4f}" if isinstance(v, float) else f"{k}={v}"
                                     for k, v in progress.history[-1].items()))
             if progress.step % args.ckpt_every == 0 or progress.step == args.steps:
-                write_checkpoint(args.ckpt_dir, head, optimiser, progress, draft_vocab=vocab)
+                write_checkpoint(args.ckpt_dir, head, optimiser, progress, trainer.generator, draft_vocab=vocab)
                 save_head(head, args.out, extra={"training": summary | {
                     "steps": progress.step, "final": progress.step >= args.steps, "wall_s": round(progress.elapsed, 1),
                     "history": progress.history[-1:]}})
