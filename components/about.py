@@ -20,7 +20,7 @@ distribution by a rejection test), only produced in fewer target passes.
 **Draft tree.** Instead of one line of guesses, EAGLE drafts a *tree*: several candidates per position, so
 that when the first guess is wrong a sibling may be right. The draft head here reads the target's own hidden
 features (EAGLE). **EAGLE-2** grows the tree dynamically: each draft call expands the most probable
-branches (the *beam*, width top-k), a fixed number of times; then it keeps the `total_tokens` most probable
+branches (the *beam*, `beam_width` wide), a fixed number of times; then it keeps the `total_tokens` most probable
 nodes for the target to check.
 
 **DDD (Dynamic Depth Decoding).** EAGLE-2 always drafts the same number of levels. DDD looks at the draft's

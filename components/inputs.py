@@ -1,61 +1,73 @@
 """The app's inputs checked before anything runs: every bad value becomes one message that names it.
 
 The UI's widgets keep most values in range, but the same functions answer raw API calls, where a slider can
-send NaN, a seed 2**70 and a prompt a lone surrogate. Each check here says what was given and what is allowed.
+send NaN, a seed 2**70 and a prompt a lone surrogate. The settings are parsed and checked by the engine's own
+declarations (ddd.settings), within the app's ranges; this module only puts the panel's labels on its messages.
 """
 from __future__ import annotations
 
 import math
+from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
+from ddd.settings import (MAX_NEW_TOKENS, METHOD_DECLARATIONS, SEED, TEMPERATURE, TOP_P, Sampling, Setting,
+                          SettingsError, parse_settings)
+
+from .race import METHOD_LABELS, RACE_METHODS
 from .tokens import excerpt
 
 MAX_PROMPT_CHARS = 20_000  # checked before tokenizing: tokenizing megabytes is itself slow
-SEED_LIMIT = 2**63  # torch seeds are 64-bit; the top half would wrap to negative numbers
 DEFAULT_SPEED = 1.0
+REPLAY_SPEED = Setting("replay speed", "float", DEFAULT_SPEED, 0.1, 16, "replay speed",
+                       "how much faster than measured the race plays back")
+
+# The panel's settings: first what every column shares, then the drafting columns' tree settings, each once
+# (beam_width and total_tokens feed both trees, so that both verify the same number of tokens).
+RUN_SETTINGS = (MAX_NEW_TOKENS, TEMPERATURE, TOP_P, SEED)
+TREE_COLUMNS = tuple(m for m in RACE_METHODS if METHOD_DECLARATIONS[m])
+TREE_SETTINGS = tuple(dict.fromkeys(s for m in TREE_COLUMNS for s in METHOD_DECLARATIONS[m]))
+TREE_NAMES = [s.name for s in TREE_SETTINGS]
+LABELS = {s.name: " / ".join(METHOD_LABELS[m] for m in TREE_COLUMNS if s in METHOD_DECLARATIONS[m]) + " " + s.label
+          for s in TREE_SETTINGS}
+
+
+def label(setting: Setting) -> str:
+    """The setting's name on the page (a tree setting's says which columns it feeds)."""
+    return LABELS.get(setting.name, setting.label)
 
 
 class InputError(ValueError):
     """A value the app cannot run with; the message says which value and what is allowed."""
 
 
-@dataclass(frozen=True)
-class Range:
-    """The values a numeric input may take (the widget's own range, so the API cannot go past the UI)."""
-
-    label: str
-    low: float
-    high: float
-    whole: bool = True
+def input_error(err: SettingsError) -> InputError:
+    """The engine's message about a setting, with the panel's label for it."""
+    return InputError(f"{label(err.setting)} {err.problem}." if err.setting is not None else str(err))
 
 
-# The Settings panel's ranges, down to 1 new token and top-p 0.01 for API callers (both harmless).
-RANGES = {
-    "max_new_tokens": Range("max new tokens", 1, 512),
-    "temperature": Range("temperature", 0, 2, whole=False),
-    "top_p": Range("top-p", 0.01, 1, whole=False),
-    "e_top_k": Range("top-k", 1, 32),
-    "e_calls": Range("EAGLE-2 draft calls", 1, 16),
-    "e_total": Range("total tokens verified", 2, 128),
-    "d_calls": Range("DDD max draft calls", 1, 24),
-}
+def checked(setting: Setting, value: Any) -> Any:
+    """`value` parsed by the engine's declaration of `setting`, within the app's range."""
+    try:
+        return setting.parse(value, ui=True)
+    except SettingsError as err:
+        raise input_error(err) from None
 
 
 @dataclass(frozen=True)
-class TokenBudget:
+class PromptLimit:
     """How many prompt tokens one race may read on a device. On a CPU a prefill's cost grows with the square of
-    the prompt and a race reads the prompt three times, so the budget keeps reading below the decoding at the
+    the prompt and a race reads the prompt three times, so the limit keeps reading below the decoding at the
     default length; a GPU reads thousands of tokens in a fraction of that (README: the app, Limits)."""
 
     prompt_tokens: int
     why: str
 
 
-BUDGETS = {
-    "cpu": TokenBudget(512, "on a CPU each of the three methods reads the prompt again, and a 1,000-token prompt "
+PROMPT_LIMITS = {
+    "cpu": PromptLimit(512, "on a CPU each of the three methods reads the prompt again, and a 1,000-token prompt "
                             "takes tens of seconds to read once"),
-    "cuda": TokenBudget(4096, "longer prompts would make a race outlast the time one visitor gets"),
+    "cuda": PromptLimit(4096, "longer prompts would make a race outlast the time one visitor gets"),
 }
 
 
@@ -65,38 +77,9 @@ class RaceInputs:
 
     prompt: str
     max_new_tokens: int
-    temperature: float
-    top_p: float
-    seed: int
+    sampling: Sampling
     precision: str
-    e_top_k: int
-    e_calls: int
-    e_total: int
-    d_calls: int
-    d_checks: str  # "all" or draft calls such as "5,7,9"
-    d_threshold: float
-
-
-def number(value: Any, name: str, rng: Range | None = None) -> float | int:
-    """`value` as a finite number (an int when `rng.whole`) within `rng`."""
-    label = rng.label if rng else name
-    if isinstance(value, bool) or value is None or value == "":
-        raise InputError(f"{label} is empty: type a number.")
-    try:
-        number_value = float(value)
-    except (TypeError, ValueError, OverflowError):
-        raise InputError(f"{label} must be a number, not {excerpt(value)}.") from None
-    if not math.isfinite(number_value):
-        raise InputError(f"{label} must be a finite number, not {value}.")
-    if rng is None:
-        return number_value
-    if rng.whole:
-        if number_value != int(number_value):
-            raise InputError(f"{label} must be a whole number, not {value}.")
-        number_value = int(number_value)
-    if not rng.low <= number_value <= rng.high:
-        raise InputError(f"{label} must be between {rng.low:g} and {rng.high:g}, not {number_value:g}.")
-    return number_value
+    tree: dict[str, Any]  # the drafting columns' settings by their declared names (TREE_NAMES)
 
 
 def text(value: Any, label: str) -> str:
@@ -113,77 +96,47 @@ def text(value: Any, label: str) -> str:
     return value
 
 
-def seed(value: Any) -> int:
-    """A whole number in 0..2**63 - 1 (exact: a float would round a large seed to another one)."""
-    if isinstance(value, float) and value.is_integer() and abs(value) < 2**53:
-        value = int(value)
-    if isinstance(value, str) and value.strip().lstrip("-").isdigit():
-        value = int(value)
-    if isinstance(value, bool) or not isinstance(value, int):
-        raise InputError(f"seed must be a whole number from 0 to {SEED_LIMIT - 1}, not {excerpt(value)}.")
-    if not 0 <= value < SEED_LIMIT:
-        raise InputError(f"seed must be a whole number from 0 to {SEED_LIMIT - 1} (2^63 - 1), not {value}.")
-    return value
+def tree_settings(tree: Mapping[str, Any]) -> dict[str, Any]:
+    """The panel's tree settings, each parsed within the app's range, then checked together per column (DDD's
+    checks within its max draft calls); the values by name."""
+    values = {}
+    for setting in TREE_SETTINGS:
+        raw = tree[setting.name]
+        if isinstance(raw, str):
+            raw = text(raw, label(setting))  # a lone surrogate gets the prompt's message, not a quoted one
+        values[setting.name] = checked(setting, raw)
+    try:
+        for method in TREE_COLUMNS:
+            parse_settings(method, {s.name: values[s.name] for s in METHOD_DECLARATIONS[method]}, ui=True).validate()
+    except SettingsError as err:
+        raise input_error(err) from None
+    return values
 
 
-def check_steps(value: Any, max_calls: int) -> str:
-    """DDD's "check after calls": 'all' or a list of draft calls in 1..max_calls, normalised to '5,7,9'."""
-    raw = text(value, "DDD check after calls").strip()
-    if not raw:
-        raise InputError("DDD check after calls is empty: type the draft calls after which DDD checks its "
-                         "confidence, such as 5,7,9, or all.")
-    if raw.lower() == "all":
-        return "all"
-    pieces = [p.strip() for p in raw.split(",")]
-    if not any(pieces):
-        raise InputError(f"DDD check after calls ({excerpt(raw)}) lists no draft calls: type numbers such as "
-                         "5,7,9, or all.")
-    calls = []
-    for piece in pieces:
-        if not piece:
-            continue
-        if not piece.isdigit():
-            raise InputError(f"DDD check after calls: {excerpt(piece)} is not a draft call number; type numbers "
-                             "such as 5,7,9, or all.")
-        call = int(piece)
-        if not 1 <= call <= max_calls:
-            raise InputError(f"DDD check after calls: {call} is outside 1..{max_calls} (DDD max draft calls).")
-        calls.append(call)
-    return ",".join(str(c) for c in sorted(set(calls)))
-
-
-def threshold(value: Any) -> float:
-    value = number(value, "DDD threshold on H")
-    if value > 0:
-        raise InputError(f"DDD threshold on H must be 0 or below, not {value:g}: H is the log of the beam's "
-                         "probability and never above 0, so every check would stop.")
-    return value
-
-
-def race_inputs(prompt: Any, max_new_tokens: Any, temperature: Any, top_p: Any, seed_value: Any, precision: Any,
-                e_top_k: Any, e_calls: Any, e_total: Any, d_calls: Any, d_checks: Any, d_threshold: Any,
-                precisions: list[str]) -> RaceInputs:
-    """Every Run input checked, in the order the panel shows them; the first problem raises InputError."""
+def race_inputs(prompt: Any, max_new_tokens: Any, temperature: Any, top_p: Any, seed: Any, precision: Any,
+                precisions: list[str], **tree: Any) -> RaceInputs:
+    """Every Run input checked, in the order the panel shows them; the first problem raises InputError.
+    `tree`: the tree settings by their declared names (TREE_NAMES)."""
     prompt = text(prompt, "The prompt").strip()
     if not prompt:
         raise InputError("The prompt is empty: type a question or pick an example.")
     if len(prompt) > MAX_PROMPT_CHARS:
         raise InputError(f"The prompt is {len(prompt):,} characters long; the limit here is {MAX_PROMPT_CHARS:,} "
                          "characters: shorten the prompt.")
-    values = {name: number(value, name, RANGES[name]) for name, value in (
-        ("max_new_tokens", max_new_tokens), ("temperature", temperature), ("top_p", top_p), ("e_top_k", e_top_k),
-        ("e_calls", e_calls), ("e_total", e_total), ("d_calls", d_calls))}
+    if sorted(tree) != sorted(TREE_NAMES):
+        raise TypeError(f"race_inputs takes the tree settings {', '.join(TREE_NAMES)}, not {', '.join(tree)}")
+    run = {s.name: checked(s, v) for s, v in zip(RUN_SETTINGS, (max_new_tokens, temperature, top_p, seed))}
     if precision not in precisions:
         raise InputError(f"precision must be one of {', '.join(precisions)}, not {excerpt(precision)}.")
-    return RaceInputs(prompt=prompt, seed=seed(seed_value), precision=precision,
-                      d_checks=check_steps(d_checks, values["d_calls"]), d_threshold=threshold(d_threshold),
-                      **values)
+    return RaceInputs(prompt=prompt, max_new_tokens=run.pop("max_new_tokens"), sampling=Sampling(**run),
+                      precision=precision, tree=tree_settings(tree))
 
 
 def replay_speed(value: Any) -> float:
     """'2×' (the radio's labels), or a number from the API, as a factor in 0.1..16."""
-    raw = str(value if value is not None else "").strip().rstrip("×x").strip()
-    return number(raw or DEFAULT_SPEED, "replay speed", Range("replay speed", 0.1, 16, whole=False))
+    if isinstance(value, str):
+        value = value.strip().rstrip("×x").strip()
+    return checked(REPLAY_SPEED, DEFAULT_SPEED if value is None or value == "" else value)
 
 
 def step_index(value: Any, last: int) -> int:

@@ -21,11 +21,11 @@ def _plural(n: int, word: str, plural: str | None = None) -> str:
 
 
 def candidates_drafted(step: Step, trace: RunTrace | None) -> int:
-    """Candidates the draft proposed this step: top_k at the root call, top_k² per later call (EAGLE-2 / DDD);
-    falls back to the recorded pool when the settings do not say."""
-    top_k = trace.settings.get("top_k") if trace is not None else None
-    if top_k and trace is not None and trace.method in ("eagle2", "ddd") and step.draft_calls:
-        return int(top_k + (step.draft_calls - 1) * top_k * top_k)
+    """Candidates the draft proposed this step: K (the beam width) at the root call, K² per later call (EAGLE-2
+    / DDD); falls back to the recorded pool when the settings do not say."""
+    width = trace.settings.get("beam_width") if trace is not None else None
+    if width and trace is not None and trace.method in ("eagle2", "ddd") and step.draft_calls:
+        return int(width + (step.draft_calls - 1) * width * width)
     return max(len(step.pool) - 1, 0)
 
 

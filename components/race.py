@@ -14,6 +14,7 @@ from pathlib import Path
 from typing import Any
 
 from ddd.metrics import summarize
+from ddd.settings import BEAM_WIDTH
 from ddd.trace import RunTrace
 
 RACE_FORMAT = "ddd-explorer-race"
@@ -86,8 +87,8 @@ class Race:
         return path
 
 
-def shown_nodes(pool: list[Any], top_k: int) -> set[int]:
-    """Pool indices the tree view shows: the verified nodes and the `top_k` best candidates of each level that
+def shown_nodes(pool: list[Any], dropped: int) -> set[int]:
+    """Pool indices the tree view shows: the verified nodes and the `dropped` best candidates of each level that
     the rerank dropped, closed under parents so every shown node hangs from the root.
     Works on DraftNode objects and on their JSON dicts."""
     nodes = list(pool)
@@ -101,7 +102,7 @@ def shown_nodes(pool: list[Any], top_k: int) -> set[int]:
             by_depth.setdefault(_get(n, "depth"), []).append(n)
     for group in by_depth.values():
         group.sort(key=lambda n: -_get(n, "score"))
-        keep.update(_get(n, "index") for n in group[:top_k])
+        keep.update(_get(n, "index") for n in group[:dropped])
     parents = {_get(n, "index"): _get(n, "parent") for n in nodes}
     for index in list(keep):
         parent = parents.get(index, -1)
@@ -126,12 +127,12 @@ def _round(value: Any) -> Any:
 
 
 def _compact_trace(data: dict[str, Any]) -> dict[str, Any]:
-    top_k = int(data.get("settings", {}).get("top_k", 10) or 10)
+    width = int(data.get("settings", {}).get("beam_width") or BEAM_WIDTH.default)
     for step in data.get("steps", []):
         pool = step.get("pool") or []
         if not pool:
             continue
-        keep = shown_nodes(pool, min(top_k, DROPPED_SHOWN))
+        keep = shown_nodes(pool, min(width, DROPPED_SHOWN))
         # Indices stay the pool's own: parent links and accepted_path keep pointing at the same nodes.
         step["pool"] = [n for n in pool if n["index"] in keep]
     return _round(data)

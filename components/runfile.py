@@ -16,7 +16,8 @@ from dataclasses import dataclass, fields
 from pathlib import Path
 from typing import Any
 
-from ddd.settings import PRECISIONS, SETTINGS_CLASSES, Sampling, SettingsError, method_settings
+from ddd.settings import (METHOD_DECLARATIONS, PRECISIONS, SAMPLING_SETTINGS, Sampling, Setting, SettingsError,
+                          current_names, parse_settings)
 from ddd.metrics import summarize
 from ddd.trace import CHAIN_ENDS, SCHEMA_VERSION, STATUSES, DraftNode, RunTrace, Step
 
@@ -223,6 +224,7 @@ class _Checker:
         if method is not None and data["method"] != method:
             raise self.fail(f"{where}.method", f"is {excerpt(data['method'])} but the run is filed under {method!r}")
         lim = self.limits
+        data = {**data, "settings": current_names(data["method"], data["settings"])}
         self.settings(data["settings"], f"{where}.settings", data["method"])
         self.sampling(data["sampling"], f"{where}.sampling")
         for name in ("model", "stop_reason", "device"):
@@ -242,40 +244,37 @@ class _Checker:
             self.step(step, f"{where}.steps[{position}]", position)
         return RunTrace.from_dict(data)
 
+    def declared(self, data: dict, declared: tuple[Setting, ...], where: str) -> None:
+        """Each stored value of the JSON type its declaration says, within its declared range."""
+        self.keys(data, {s.name for s in declared}, set(), where)
+        for setting in declared:
+            if setting.name not in data:
+                continue
+            value, at = data[setting.name], f"{where}.{setting.name}"
+            if setting.kind == "calls":
+                if value != "all":
+                    for i, call in enumerate(self.items(value, at, int(setting.high))):
+                        self.integer(call, f"{at}[{i}]", setting.low, setting.high)
+            elif setting.kind == "tree":
+                for i, path in enumerate(self.items(value, at, self.limits.list_items)):
+                    for j, rank in enumerate(self.items(path, f"{at}[{i}]", self.limits.list_items)):
+                        self.integer(rank, f"{at}[{i}][{j}]", setting.low, setting.high)
+            elif setting.kind == "float":
+                self.number(value, at, setting.low, setting.high)
+            else:
+                self.integer(value, at, setting.low, setting.high)
+
     def settings(self, data: Any, where: str, method: str) -> None:
         data = self.obj(data, where)
-        cls = SETTINGS_CLASSES[method]
-        defaults = cls()
-        self.keys(data, {f.name for f in fields(cls)}, set(), where)
-        for name, value in data.items():
-            default = getattr(defaults, name)
-            if name == "check_steps":
-                if value != "all":
-                    for i, call in enumerate(self.items(value, f"{where}.check_steps", 64)):
-                        self.integer(call, f"{where}.check_steps[{i}]", 1, 64)
-            elif name == "tree":
-                for i, path in enumerate(self.items(value, f"{where}.tree", 1024)):
-                    for j, rank in enumerate(self.items(path, f"{where}.tree[{i}]", 64)):
-                        self.integer(rank, f"{where}.tree[{i}][{j}]", 0, BIG_INT)
-            elif isinstance(default, float):
-                self.number(value, f"{where}.{name}", -1e6, 1e6)
-            else:
-                self.integer(value, f"{where}.{name}", 1, BIG_INT)
+        self.declared(data, METHOD_DECLARATIONS[method], where)
         try:
-            method_settings(method, **data).validate(BIG_INT)
+            parse_settings(method, data).validate()
         except SettingsError as err:
             raise self.fail(where, f"are impossible: {err}") from err
 
     def sampling(self, data: Any, where: str) -> None:
         data = self.obj(data, where)
-        self.keys(data, {f.name for f in fields(Sampling)}, set(), where)
-        for name in ("temperature", "top_p"):
-            if name in data:
-                self.number(data[name], f"{where}.{name}", 0, 10)
-        if "top_k" in data:
-            self.integer(data["top_k"], f"{where}.top_k", 0, BIG_INT)
-        if "seed" in data:
-            self.integer(data["seed"], f"{where}.seed", -(2**63), 2**64 - 1)
+        self.declared(data, SAMPLING_SETTINGS, where)
         try:
             Sampling(**data).validate()
         except SettingsError as err:

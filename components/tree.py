@@ -7,6 +7,7 @@ from typing import Any
 import networkx as nx
 import plotly.graph_objects as go
 
+from ddd.settings import BEAM_WIDTH
 from ddd.trace import RunTrace, Step
 
 from .plotting import figure, message_figure
@@ -39,11 +40,11 @@ SHORT_LABEL, LONG_LABEL = 6, 14  # characters of a node's label off and on the a
 LABEL_POSITIONS = {"root": "middle left", "accepted": "top center", "bonus": "bottom center"}
 
 
-def build_graph(step: Step, top_k: int = 10, show: str = "shown") -> nx.DiGraph:
+def build_graph(step: Step, beam_width: int = BEAM_WIDTH.default, show: str = "shown") -> nx.DiGraph:
     """The draft tree of `step`: nodes keyed by pool index (plus "bonus"), edges parent -> child.
 
     show: "verified" (root and the nodes the target checked), "shown" (those, plus the best
-    min(top_k, DROPPED_SHOWN) candidates of each level the rerank dropped) or "all" (the whole pool)."""
+    min(beam_width, DROPPED_SHOWN) candidates of each level the rerank dropped) or "all" (the whole pool)."""
     graph = nx.DiGraph(step=step.index, draft_calls=step.draft_calls, max_draft_calls=step.max_draft_calls)
     pool = step.pool
     if not pool:
@@ -53,7 +54,7 @@ def build_graph(step: Step, top_k: int = 10, show: str = "shown") -> nx.DiGraph:
     elif show == "verified":
         keep = {n.index for n in pool if n.status != "pruned"}
     else:
-        keep = shown_nodes(pool, min(top_k, DROPPED_SHOWN))
+        keep = shown_nodes(pool, min(beam_width, DROPPED_SHOWN))
     on_path = set(step.accepted_path)
     for node in pool:
         if node.index not in keep:
@@ -133,8 +134,8 @@ def tree_figure(step: Step | None, trace: RunTrace | None = None, *, show: str =
                                "No draft tree in this step.", fixed)
     if not step.pool:
         return message_figure(head, "This step was not recorded with its draft tree.", fixed)
-    top_k = int((trace.settings.get("top_k") if trace is not None else None) or 10)
-    graph = build_graph(step, top_k, show)
+    width = int((trace.settings.get("beam_width") if trace is not None else None) or BEAM_WIDTH.default)
+    graph = build_graph(step, width, show)
     pos = layout(graph)
     levels = max(step.draft_calls, max((d for _, d in graph.nodes(data="depth")), default=0))
     ghost = step.max_draft_calls > step.draft_calls

@@ -13,8 +13,8 @@ _EXPORTS = {
     "Eagle3Head": "eagle3", "new_eagle3_head": "eagle3",
     "Generation": "engine", "PromptError": "engine", "encode_prompt": "engine", "generate": "engine",
     "resolve_head": "catalog",
-    "DraftHead": "head", "EagleHead": "head", "HeadLoadError": "head", "load_head": "head", "new_head": "head",
-    "save_head": "head",
+    "DraftHead": "head", "EagleHead": "head", "HeadLoadError": "head", "new_head": "head",
+    "load_head": "checkpoint", "save_head": "checkpoint",
     "METHODS": "settings", "Sampling": "settings", "SettingsError": "settings", "method_settings": "settings",
     "SCHEMA_VERSION": "trace", "DraftNode": "trace", "RunTrace": "trace", "Step": "trace", "TraceFileError": "trace",
 }

@@ -11,7 +11,7 @@ from .engine import PromptError, generate
 from .catalog import resolve_head
 from .head import HeadLoadError
 from .models import DTYPES, ModelLoadError, load_target
-from .settings import METHODS, Sampling, SettingsError
+from .settings import MAX_NEW_TOKENS, METHODS, SAMPLING_SETTINGS, Sampling, SettingsError, add_argument, settings_help
 from .trace import TraceFileError
 
 SUMMARY_KEYS = ("new_tokens", "tokens_per_s", "prefill_ms", "target_forwards", "tau", "acceptance_rate",
@@ -28,19 +28,19 @@ def parse_setting(text: str) -> tuple[str, str]:
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="python -m ddd", description=__doc__)
     sub = parser.add_subparsers(dest="command", required=True)
-    gen = sub.add_parser("generate", help="decode one prompt and print the summary metrics")
+    gen = sub.add_parser("generate", help="decode one prompt and print the summary metrics",
+                         formatter_class=argparse.RawDescriptionHelpFormatter,
+                         epilog="method settings (--set NAME=VALUE):\n" + settings_help(qualified=False))
     gen.add_argument("prompt")
     gen.add_argument("--method", choices=METHODS, default="ddd")
     model_arguments(gen)
     gen.add_argument("--attn", choices=("sdpa", "eager"), default="sdpa")
-    gen.add_argument("--max-new-tokens", type=int, default=128)
-    gen.add_argument("--temperature", type=float, default=0.0, help="0 = greedy")
-    gen.add_argument("--top-p", type=float, default=1.0)
-    gen.add_argument("--top-k", type=int, default=0, help="sampling top-k (0 = off); the tree's top_k is a --set")
-    gen.add_argument("--seed", type=int, default=0)
+    for setting in (MAX_NEW_TOKENS, *SAMPLING_SETTINGS):
+        add_argument(gen, setting)
     gen.add_argument("--no-chat", action="store_true", help="feed the prompt as raw text, without the chat template")
     gen.add_argument("--set", dest="settings", type=parse_setting, action="append", default=[], metavar="NAME=VALUE",
-                     help="a method setting, e.g. --set threshold=-0.5 --set check_steps=all (repeatable)")
+                     help="a setting of the method, e.g. --set threshold=-0.5 --set check_steps=all (repeatable; "
+                          "listed below)")
     gen.add_argument("--save", default=None, help="write the run's trace to this JSON file")
 
     return parser

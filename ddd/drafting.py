@@ -113,7 +113,7 @@ class Drafter(ABC):
 
 
 class StaticTreeDrafter(Drafter):
-    """EAGLE-1: a fixed tree of top-k ranks; one draft call per level."""
+    """EAGLE-1: a fixed tree of draft ranks; one draft call per level."""
 
     def __init__(self, settings: EagleSettings):
         paths = sorted({tuple(p) for p in settings.tree}, key=lambda p: (len(p), p))
@@ -203,23 +203,24 @@ class ConfidenceDepth(DepthPolicy):
 
 
 class DynamicTreeDrafter(Drafter):
-    """EAGLE-2: expand the K best nodes per level by cumulative score, then keep the best `total_tokens`."""
+    """EAGLE-2: expand the K (`beam_width`) best nodes per level by cumulative score, then keep the best
+    `total_tokens`."""
 
-    def __init__(self, top_k: int, total_tokens: int, policy: DepthPolicy):
-        self.top_k = top_k
+    def __init__(self, beam_width: int, total_tokens: int, policy: DepthPolicy):
+        self.beam_width = beam_width
         self.total_tokens = total_tokens
         self.policy = policy
 
     @classmethod
     def eagle2(cls, s: Eagle2Settings) -> "DynamicTreeDrafter":
-        return cls(s.top_k, s.total_tokens, FixedDepth(s.draft_calls))
+        return cls(s.beam_width, s.total_tokens, FixedDepth(s.draft_calls))
 
     @classmethod
     def ddd(cls, s: DDDSettings) -> "DynamicTreeDrafter":
-        return cls(s.top_k, s.total_tokens, ConfidenceDepth(s.max_draft_calls, s.checks(), s.threshold))
+        return cls(s.beam_width, s.total_tokens, ConfidenceDepth(s.max_draft_calls, s.checks(), s.threshold))
 
     def draft(self, runner, root_token, root_feature, depth_limit):
-        k = self.top_k
+        k = self.beam_width
         device = root_token.device
         pool = Pool.with_root(root_token)
         logprob, draft_ids = runner.logprobs(root_feature).topk(k)

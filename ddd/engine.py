@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import time
 from collections.abc import Iterator
+from dataclasses import replace
 from typing import Any
 
 import torch
@@ -17,7 +18,8 @@ from .acceptance import Acceptance, TreeLogits, accept_greedy, accept_sampled, n
 from .drafting import Draft, Drafter, DynamicTreeDrafter, HeadRunner, StaticTreeDrafter
 from .head import DraftHead
 from .models import Target
-from .settings import Sampling, SettingsError, method_settings, settings_dict
+from .settings import (MAX_NEW_TOKENS, SETTINGS_CLASSES, Sampling, SettingsError, check_method, method_settings,
+                       settings_dict)
 from .metrics import summarize
 from .trace import DraftNode, RunTrace, Step
 from .tree import DraftTree, Pool
@@ -28,7 +30,7 @@ class PromptError(ValueError):
 
 
 def make_drafter(method: str, settings: Any) -> Drafter | None:
-    if method == "plain":
+    if check_method(method) == "plain":
         return None
     if method == "eagle":
         return StaticTreeDrafter(settings)
@@ -84,18 +86,20 @@ class Generation:
     """An iterator of Steps; after (or during) iteration `.trace` holds the whole run."""
 
     def __init__(self, target: Target, head: DraftHead | None, prompt: str, method: str = "ddd", *,
-                 max_new_tokens: int = 128, sampling: Sampling | None = None, settings: Any = None,
-                 chat: bool = True, record: bool = True):
-        self.target, self.head, self.method = target, head, method
-        self.sampling = sampling or Sampling()
+                 max_new_tokens: int = MAX_NEW_TOKENS.default, sampling: Sampling | None = None,
+                 settings: Any = None, chat: bool = True, record: bool = True):
+        self.target, self.head, self.method = target, head, check_method(method)
+        # A copy: the run must not change the caller's object, nor the caller the run's.
+        self.sampling = replace(sampling) if sampling is not None else Sampling()
         self.sampling.validate()
         self.settings = settings if settings is not None else method_settings(method)
+        if not isinstance(self.settings, SETTINGS_CLASSES[method]):
+            raise SettingsError(f"Method {method!r} takes {SETTINGS_CLASSES[method].__name__}, not "
+                                f"{type(self.settings).__name__}.")
         if method != "plain" and head is None:
             raise SettingsError(f"Method {method!r} needs a draft head; load one or use method 'plain'.")
         self.settings.validate(head.draft_vocab_size if head is not None else target.vocab_size)
-        if max_new_tokens < 1:
-            raise SettingsError(f"max_new_tokens must be at least 1, not {max_new_tokens}.")
-        self.max_new_tokens = max_new_tokens
+        self.max_new_tokens = MAX_NEW_TOKENS.parse(max_new_tokens)
         self.record = record
         self.prompt_ids = encode_prompt(target, prompt, chat)
         self.drafter = make_drafter(method, self.settings)
@@ -304,14 +308,14 @@ class Generation:
 
 
 def generate(target: Target, head: DraftHead | None, prompt: str, method: str = "ddd", *,
-             max_new_tokens: int = 128, sampling: Sampling | None = None, chat: bool = True,
+             max_new_tokens: int = MAX_NEW_TOKENS.default, sampling: Sampling | None = None, chat: bool = True,
              record: bool = True, temperature: float | None = None, top_p: float | None = None,
              seed: int | None = None, **settings: Any) -> Generation:
     """Decode `prompt` with `method` (plain, eagle, eagle2, ddd). Extra keyword arguments are the method's
-    settings (e.g. top_k=10, threshold=-0.3); temperature/top_p/seed are shortcuts into `sampling`."""
-    sampling = sampling or Sampling()
-    for name, value in (("temperature", temperature), ("top_p", top_p), ("seed", seed)):
-        if value is not None:
-            setattr(sampling, name, value)
+    settings (e.g. beam_width=10, threshold=-0.3; ddd.settings declares them); temperature/top_p/seed are
+    shortcuts into `sampling`, applied to a copy of it."""
+    shortcuts = {name: value for name, value in (("temperature", temperature), ("top_p", top_p), ("seed", seed))
+                 if value is not None}
+    sampling = replace(sampling or Sampling(), **shortcuts)
     return Generation(target, head, prompt, method, max_new_tokens=max_new_tokens, sampling=sampling,
                       settings=method_settings(method, **settings), chat=chat, record=record)

@@ -10,6 +10,8 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
 
+from .settings import current_names
+
 SCHEMA_VERSION = 1
 STATUSES = ("root", "accepted", "rejected", "pruned")  # of a DraftNode
 # Why a speculative step's accepted chain ended, i.e. where the target's next token (the bonus) was in the draft:
@@ -114,6 +116,7 @@ class RunTrace:
             )
         data = dict(data)
         data["steps"] = [Step.from_dict(s) for s in data.get("steps", [])]
+        data["settings"] = current_names(data.get("method"), data.get("settings"))
         if "head_kind" not in data and data.get("head") is not None:
             data["head_kind"] = "eagle"  # traces from before EAGLE-3 heads were all EAGLE runs
         try:

@@ -15,7 +15,7 @@ from typing import Any
 from .engine import Generation, generate
 from .head import DraftHead
 from .models import Target
-from .settings import Sampling
+from .settings import Sampling, check_method
 from .trace import RunTrace, Step
 
 WARM_UP_PROMPT = "Count to five."
@@ -27,6 +27,9 @@ class Entry:
 
     method: str
     settings: dict[str, Any] = field(default_factory=dict)
+
+    def __post_init__(self) -> None:
+        check_method(self.method)
 
 
 @dataclass
@@ -101,5 +104,5 @@ def warm_up(target: Target, head: DraftHead | None) -> None:
     that cost belongs to no method."""
     entries = {"plain": Entry("plain")}
     if head is not None:
-        entries["ddd"] = Entry("ddd", dict(top_k=4, max_draft_calls=3, check_steps="all", total_tokens=8))
+        entries["ddd"] = Entry("ddd", dict(beam_width=4, max_draft_calls=3, check_steps="all", total_tokens=8))
     race_to_end(target, head, WARM_UP_PROMPT, entries, max_new_tokens=4)

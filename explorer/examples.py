@@ -27,7 +27,8 @@ CACHED_FILES = 32
 
 @dataclass
 class ExampleRun:
-    """A recorded example: its file name, title, prompt, and changes to the CPU preset's tree settings."""
+    """A recorded example: its file name, title, prompt, and changes to the CPU preset's tree settings (by the
+    settings' declared names)."""
 
     stem: str
     title: str
@@ -41,7 +42,7 @@ EXAMPLE_RUNS = [
     # At the preset's threshold DDD mostly stops short of EAGLE-2's depth; at -2 it shows the other side of
     # its choice, drafting deeper than EAGLE-2 where the counting is predictable.
     ExampleRun("counting", "Counting: DDD drafts deeper than EAGLE-2", EXAMPLE_PROMPTS[2],
-               dict(d_threshold=-2.0)),
+               dict(threshold=-2.0)),
     ExampleRun("story", "A short story", EXAMPLE_PROMPTS[3]),
     ExampleRun("translation", "Translation into French", EXAMPLE_PROMPTS[4]),
     ExampleRun("tips", "Advice: a short list", EXAMPLE_PROMPTS[5]),
@@ -79,7 +80,7 @@ class ExampleShelf:
 def record_race(models: Models, prompt: str, title: str, max_new_tokens: int = 96,
                 changes: dict[str, Any] | None = None) -> Race:
     """Race `prompt` as the app does at the CPU preset (with `changes`), without the page."""
-    request = RaceRequest(prompt, race_entries(**{**PRESETS[CPU_PRESET], **(changes or {})}), max_new_tokens,
+    request = RaceRequest(prompt, race_entries({**PRESETS[CPU_PRESET], **(changes or {})}), max_new_tokens,
                           Sampling(), models.default_precision())
     live = collect(race_events(models, request))
     return Race(traces=live.finished(), title=title, note=live.note)

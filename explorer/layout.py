@@ -1,17 +1,20 @@
 """The page's components and their places; no behaviour (explorer.page wires the callbacks to them)."""
 from __future__ import annotations
 
+import math
 from typing import Any
 
 import gradio as gr
 
 from components.answer import LEGEND, answer_html, counters_html
+from components.inputs import RUN_SETTINGS, TREE_COLUMNS, TREE_NAMES, TREE_SETTINGS, label
 from components.race import RACE_METHODS
 from components.verdict import headline_html
 from components.widgets import CheckedNumber, CheckedSlider
+from ddd.settings import METHOD_DECLARATIONS, Setting
 
 from .examples import EXAMPLE_PROMPTS
-from .presets import PRESET_NAMES, PRESETS
+from .presets import PRESET_NAMES, PRESETS, widget_values
 
 INTRO = """# DDD Explorer
 **What you are seeing:** one model answers your prompt three ways. Plain decoding makes one token per forward pass.
@@ -27,8 +30,8 @@ RACE_OUTPUTS = ["ans_plain", "ans_eagle2", "ans_ddd", "cnt_plain", "cnt_eagle2",
                 "about", "info", "headline", "download", "message", "session"]
 COLUMNS = RACE_OUTPUTS[:6]
 STEP_OUTPUTS = ["txt_eagle2", "txt_ddd", "tree_eagle2", "tree_ddd", "narration", "depth"]
-SETTINGS = ["max_new_tokens", "temperature", "top_p", "seed", "precision", "e_top_k", "e_calls", "e_total",
-            "d_calls", "d_checks", "d_threshold"]
+# The Run button's settings in the order it sends them (components.inputs.race_inputs takes that order).
+SETTINGS = [s.name for s in RUN_SETTINGS] + ["precision"] + TREE_NAMES
 
 
 class Ui(dict):
@@ -98,27 +101,35 @@ def _settings(ui: Ui, precisions: list[str], precision: str, preset_name: str, m
         ui["head_id"] = gr.Textbox(label="draft head's hub id (or 'random')", max_lines=1, scale=2)
         ui["choose"] = gr.Button("Use this model", size="sm", scale=1)
     with gr.Row():
-        ui["max_new_tokens"] = CheckedSlider(8, 512, value=64, step=8, label="max new tokens")
-        ui["temperature"] = CheckedSlider(0, 2, value=0, step=0.05, label="temperature (0 = greedy)")
-        ui["top_p"] = CheckedSlider(0.05, 1, value=1, step=0.05, label="top-p")
-        ui["seed"] = CheckedNumber(0, precision=0, label="seed")
+        for setting in RUN_SETTINGS:
+            ui[setting.name] = widget(setting, setting.start(ui=True))
         ui["precision"] = gr.Radio(precisions, value=precision, label="precision (target and head, all three methods)",
                                    info=PRECISION_INFO)
-    preset = PRESETS[preset_name]
+    preset = widget_values(PRESETS[preset_name])
     ui["preset"] = gr.Radio(PRESET_NAMES, value=preset_name, label="preset for the settings below")
-    with gr.Row():
-        ui["e_top_k"] = CheckedSlider(1, 32, value=preset["e_top_k"], step=1, label="EAGLE-2 / DDD top-k (beam width)")
-        ui["e_calls"] = CheckedSlider(1, 16, value=preset["e_calls"], step=1, label="EAGLE-2 draft calls (tree depth)")
-        ui["e_total"] = CheckedSlider(2, 128, value=preset["e_total"], step=1,
-                                      label="total tokens verified (EAGLE-2 / DDD)")
-    with gr.Row():
-        ui["d_calls"] = CheckedSlider(1, 24, value=preset["d_calls"], step=1, label="DDD max draft calls")
-        ui["d_checks"] = gr.Textbox(preset["d_checks"], label="DDD check after calls ('5,7,9' or 'all')")
-        ui["d_threshold"] = CheckedNumber(preset["d_threshold"], label="DDD threshold on H (≤ 0)")
+    shared = METHOD_DECLARATIONS[TREE_COLUMNS[0]]  # EAGLE-2's settings, then what only DDD has
+    for row in (shared, [s for s in TREE_SETTINGS if s not in shared]):
+        with gr.Row():
+            for setting in row:
+                ui[setting.name] = widget(setting, preset[setting.name])
     with gr.Row():
         ui["shade"] = gr.Checkbox(True, label="shade tokens by how they were made")
         ui["mode"] = gr.Radio(list(TREE_MODES), value=next(iter(TREE_MODES)), label="tree nodes shown")
         ui["speed"] = gr.Radio(REPLAY_SPEEDS, value="1×", label="replay speed")
+
+
+def widget(setting: Setting, value: Any) -> Any:
+    """The input for a declared setting, within the app's range: a slider where it has a step, a number box
+    otherwise, a text box for DDD's list of checks. A slider counts its values from its minimum, so it starts at
+    the first multiple of its step: max new tokens go 8, 16, ... while the API may still ask for 1."""
+    low, high = setting.bounds(ui=True)
+    options = dict(label=label(setting), info=setting.help)
+    if setting.kind == "calls":
+        return gr.Textbox(setting.ui_value(value), **options)
+    if setting.step is None:
+        return CheckedNumber(value, precision=0 if setting.kind == "int" else None, **options)
+    first = math.ceil(round(low / setting.step, 9)) * setting.step
+    return CheckedSlider(first, high, value=value, step=setting.step, **options)
 
 
 def _step_through(ui: Ui) -> None:
@@ -130,10 +141,10 @@ def _step_through(ui: Ui) -> None:
         ui["last"] = gr.Button("Last »", size="sm", min_width=60)
     ui["slider"] = CheckedSlider(0, 1, value=0, step=1, label="step (0 = prefill)", elem_id="step-slider")
     with gr.Row(equal_height=False):
-        for method, label in (("eagle2", "EAGLE-2"), ("ddd", "DDD")):
+        for method, title in (("eagle2", "EAGLE-2"), ("ddd", "DDD")):
             with gr.Column():
-                gr.Markdown(f"**{label}** — text so far (current step outlined)")
+                gr.Markdown(f"**{title}** — text so far (current step outlined)")
                 ui[f"txt_{method}"] = gr.HTML(elem_classes="small")
-                ui[f"tree_{method}"] = gr.Plot(label=f"{label} draft tree", elem_id=f"tree-{method}")
+                ui[f"tree_{method}"] = gr.Plot(label=f"{title} draft tree", elem_id=f"tree-{method}")
     ui["narration"] = gr.Markdown(elem_id="narration")
     ui["depth"] = gr.Plot(label="Depth & confidence", elem_id="depth")

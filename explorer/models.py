@@ -6,10 +6,14 @@ import threading
 from dataclasses import dataclass
 from typing import Any
 
+import torch
+
 from components.tokens import escape
 from components.views import source_name
-from ddd.catalog import choose_head
+from ddd import load_target, resolve_head
+from ddd.catalog import check_fits, choose_head
 from ddd.settings import PRECISIONS
+from ddd.turns import warm_up
 
 # The CPU's starting precision: int8 makes a verified tree cheapest next to one plain step, which is where
 # speculative decoding starts to pay on a CPU (README: results on a 2-core CPU, precision modes).
@@ -50,8 +54,6 @@ class Models:
         return self.target is not None
 
     def device(self) -> str:
-        import torch
-
         return self.config.device or ("cuda" if torch.cuda.is_available() else "cpu")
 
     def precisions(self) -> list[str]:
@@ -78,10 +80,6 @@ class Models:
         with self._load_lock:
             precision = precision or (self.target.precision if self.target else self.default_precision())
             if self.needs_load(precision):
-                from ddd import load_target, resolve_head
-                from ddd.catalog import check_fits
-                from ddd.turns import warm_up
-
                 check_fits(self.config.model, precision, self.device(), freed=self.loaded_bytes())
                 self.target = self.head = None  # the old pair's memory goes before the new one loads
                 target = load_target(self.config.model, dtype=precision, device=self.device())

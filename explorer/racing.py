@@ -13,12 +13,16 @@ from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field, replace
 from typing import Any
 
-from components.inputs import BUDGETS, InputError
-from ddd.turns import Entry
-from ddd.settings import Sampling
+from components.inputs import PROMPT_LIMITS, InputError
+from ddd import HeadLoadError, ModelLoadError, PromptError, encode_prompt
+from ddd.bench.budget import auto_budget
+from ddd.metrics import summarize
+from ddd.settings import Sampling, SettingsError
 from ddd.trace import RunTrace, Step
+from ddd.turns import Entry, start_race
 
 from .models import Models
+from .presets import measured_preset
 
 # What a ZeroGPU reservation is sized from: loading, plus each method's tokens at a 7B model's pace on a
 # shared GPU, kept between ZeroGPU's short default and its documented ceiling.
@@ -62,17 +66,15 @@ def headers(traces: dict[str, RunTrace]) -> dict[str, RunTrace]:
 
 
 def prompt_tokens(target: Any, prompt: str, max_new_tokens: int, device: str) -> int:
-    """The prompt's token count, if it fits this device's budget and, with its answer, the model's context."""
-    from ddd import PromptError, encode_prompt
-
+    """The prompt's token count, if it fits this device's prompt limit and, with its answer, the model's context."""
     try:
         count = len(encode_prompt(target, prompt))
     except PromptError as err:
         raise InputError(str(err)) from err
-    budget = BUDGETS["cuda" if device.startswith("cuda") else "cpu"]
-    if count > budget.prompt_tokens:
-        raise InputError(f"The prompt is {count:,} tokens long; a race here reads at most {budget.prompt_tokens:,} "
-                         f"prompt tokens ({budget.why}): shorten the prompt.")
+    limit = PROMPT_LIMITS["cuda" if device.startswith("cuda") else "cpu"]
+    if count > limit.prompt_tokens:
+        raise InputError(f"The prompt is {count:,} tokens long; a race here reads at most {limit.prompt_tokens:,} "
+                         f"prompt tokens ({limit.why}): shorten the prompt.")
     context = target.context_limit
     if count + max_new_tokens > context:
         raise InputError(f"The prompt ({count:,} tokens) and {max_new_tokens:,} new tokens do not fit the model's "
@@ -83,10 +85,6 @@ def prompt_tokens(target: Any, prompt: str, max_new_tokens: int, device: str) ->
 
 def race_events(models: Models, request: RaceRequest) -> Iterator[RaceEvent]:
     """Load the models if needed, check the prompt, then race the entries one target forward each in turn."""
-    from ddd import HeadLoadError, ModelLoadError, PromptError
-    from ddd.turns import start_race
-    from ddd.settings import SettingsError
-
     if models.needs_load(request.precision):
         yield RaceEvent("loading", message=f"Loading the model in {request.precision} (and warming it up)…")
     try:
@@ -142,8 +140,6 @@ class LiveRace:
         for name, trace in self.traces.items():
             if trace.steps:
                 if not self.ended:
-                    from ddd.metrics import summarize
-
                     trace = replace(trace, stop_reason=trace.stop_reason or "stopped", summary=summarize(trace.steps),
                                     text="".join(s.text for s in trace.steps))
                 out[name] = trace
@@ -169,7 +165,7 @@ def gpu_seconds(request: RaceRequest, *_: Any) -> int:
 def on_device(fn: Callable, duration: Callable | int) -> Callable:
     """`fn` inside `spaces.GPU` where the `spaces` package is installed (a ZeroGPU Space), else `fn` itself."""
     try:
-        import spaces
+        import spaces  # optional: only a ZeroGPU Space installs it, so it stays a local import
     except ImportError:
         return fn
     return spaces.GPU(duration=duration)(fn)
@@ -186,11 +182,7 @@ def device_race(models: Models) -> Callable[[RaceRequest], Iterator[RaceEvent]]:
 def device_measure(models: Models) -> Callable[[str], dict[str, Any]]:
     """Time this machine in a precision (ddd.bench.budget) and return the preset it finds (the caller keeps it: a GPU
     process keeps nothing between calls); raises what loading raises."""
-    from .presets import measured_preset
-
     def measure(precision: str) -> dict[str, Any]:
-        from ddd.bench.budget import auto_budget
-
         target, head = models.load(precision)
         with models.lock:
             return measured_preset(auto_budget(target, head))

@@ -10,14 +10,14 @@ import gradio as gr
 
 from components import Race
 from components.answer import answer_html, counters_html
-from components.inputs import InputError, race_inputs, replay_speed
+from components.inputs import TREE_NAMES, InputError, race_inputs, replay_speed
 from components.race import RACE_METHODS
 from components.replay import frame_times, steps_done
-from ddd.settings import Sampling
+from ddd import HeadLoadError, ModelLoadError
 
 from .layout import Ui
 from .models import Models
-from .presets import MEASURED, PRESET_FIELDS, PRESETS, race_entries
+from .presets import MEASURED, PRESET_FIELDS, PRESETS, race_entries, widget_values
 from .racing import LiveRace, RaceEvent, RaceRequest
 from .sessions import Session, Sessions
 from .viewing import Viewer, message, warn
@@ -40,9 +40,10 @@ class Runner:
     # -- running --------------------------------------------------------------------------------------
 
     def run_race(self, prompt: Any, max_new_tokens: Any, temperature: Any, top_p: Any, seed: Any, precision: Any,
-                 e_top_k: Any, e_calls: Any, e_total: Any, d_calls: Any, d_checks: Any, d_threshold: Any,
-                 shade: bool, mode: str, session: Session | None) -> Iterator[dict]:
-        """Race plain, EAGLE-2 and DDD on the prompt, streaming the three columns; then show every view."""
+                 *tree_and_view: Any) -> Iterator[dict]:
+        """Race plain, EAGLE-2 and DDD on the prompt, streaming the three columns; then show every view.
+        `tree_and_view`: the tree settings (in the order of TREE_NAMES), then shade, mode and the session."""
+        *tree, shade, mode, session = tree_and_view
         session = session or Session()
         queued, session.queued = session.queued, False
         if queued and session.stop_requested:
@@ -50,8 +51,8 @@ class Runner:
             yield self._error(session, "Stopped before the race started: nothing ran.")
             return
         try:
-            checked = race_inputs(prompt, max_new_tokens, temperature, top_p, seed, precision, e_top_k, e_calls,
-                                  e_total, d_calls, d_checks, d_threshold, self.models.precisions())
+            checked = race_inputs(prompt, max_new_tokens, temperature, top_p, seed, precision, self.models.precisions(),
+                                  **dict(zip(TREE_NAMES, tree, strict=True)))
         except InputError as err:
             warn(str(err))
             yield self._error(session, str(err))
@@ -61,11 +62,8 @@ class Runner:
             return
         session.busy = True
         session.clear_stop()
-        request = RaceRequest(
-            checked.prompt, race_entries(checked.e_top_k, checked.e_calls, checked.e_total, checked.d_calls,
-                                         checked.d_checks, checked.d_threshold),
-            checked.max_new_tokens, Sampling(temperature=checked.temperature, top_p=checked.top_p, seed=checked.seed),
-            checked.precision or self.models.default_precision(), session.stop_file)
+        request = RaceRequest(checked.prompt, race_entries(checked.tree), checked.max_new_tokens, checked.sampling,
+                              checked.precision or self.models.default_precision(), session.stop_file)
         try:
             yield from self._race(request, shade, mode, session)
         finally:
@@ -191,18 +189,17 @@ class Runner:
     # -- presets --------------------------------------------------------------------------------------
 
     def apply_preset(self, name: str, precision: str | None = None) -> dict:
-        """The preset's six tree settings; the measured one times this machine once per precision."""
+        """The preset's tree settings; the measured one times this machine once per precision."""
         if name == MEASURED:
             preset = self._measured(precision or self.models.default_precision())
         else:
             preset = PRESETS.get(name)
         if preset is None:
             return {}
-        return {self.ui[f]: preset[f] for f in PRESET_FIELDS}
+        values = widget_values(preset)
+        return {self.ui[f]: values[f] for f in PRESET_FIELDS}
 
     def _measured(self, precision: str) -> dict[str, Any] | None:
-        from ddd import HeadLoadError, ModelLoadError
-
         if precision not in self.models.measured:
             try:
                 self.models.measured[precision] = self.measure(precision)

@@ -48,8 +48,8 @@ def prefill(ms=120.0, text="Hello"):
 
 
 def make_trace(method, steps, settings=None, temperature=0.0):
-    defaults = {"plain": {}, "eagle2": {"top_k": 3, "draft_calls": 3, "total_tokens": 8},
-                "ddd": {"top_k": 3, "max_draft_calls": 6, "check_steps": [3, 5], "threshold": -0.3,
+    defaults = {"plain": {}, "eagle2": {"beam_width": 3, "draft_calls": 3, "total_tokens": 8},
+                "ddd": {"beam_width": 3, "max_draft_calls": 6, "check_steps": [3, 5], "threshold": -0.3,
                         "total_tokens": 8}}
     trace = RunTrace(method=method, settings=settings or defaults[method],
                      sampling={"temperature": temperature, "top_p": 1.0, "top_k": 0, "seed": 0}, model="hand-made",

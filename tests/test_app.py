@@ -9,6 +9,7 @@ import app
 from components import Race, load_race
 from components.inputs import MAX_PROMPT_CHARS
 from ddd import save_head
+from ddd.settings import method_settings
 from explorer.examples import EXAMPLE_RUNS, ExampleShelf
 from explorer.layout import RACE_OUTPUTS
 from explorer.models import ModelConfig, Models
@@ -189,9 +190,7 @@ def test_full_race_over_http(app_server):
 def test_measured_preset_times_the_machine_once_and_fills_valid_settings(page):
     models = page.runner.models
     values = page.runner.apply_preset(MEASURED, "float32")
-    entries = race_entries(*values.values())
-    from ddd.settings import method_settings
-
+    entries = race_entries(page.ui.named(values))
     for method in ("eagle2", "ddd"):
         method_settings(method, **entries[method].settings).validate(models.head.draft_vocab_size)
     assert entries["ddd"].settings["total_tokens"] == entries["eagle2"].settings["total_tokens"]

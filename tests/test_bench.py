@@ -5,7 +5,7 @@ import pytest
 
 from ddd.bench import benchmark as bench, args as bench_args, questions
 from ddd import metrics
-from ddd.head import save_head
+from ddd.checkpoint import save_head
 from ddd.trace import Step
 
 QUESTIONS = [
@@ -147,16 +147,17 @@ def test_bad_question_files(tmp_path, capsys, lines, message):
 @pytest.mark.parametrize("extra, message", [
     (["--methods", "plain,medusa"], "Unknown method(s) medusa"),
     (["ddd.thresold=-0.5"], "Unknown setting(s) thresold for ddd"),
-    (["ddd.threshold=high"], "threshold='high' is not a valid float"),
-    (["ddd.threshold=0.5"], "threshold 0.5 is above 0"),
-    (["speculative.top_k=3"], "Unknown method 'speculative'"),
+    (["ddd.threshold=high"], "threshold must be a number from -1,000 to 0, not 'high'"),
+    (["ddd.threshold=0.5"], "not 0.5: H is the log of a probability, never above 0"),
+    (["eagle2.top_k=8"], "top_k is now beam_width"),
+    (["speculative.beam_width=3"], "Unknown method 'speculative'"),
     (["prompt_lookup.num_tokens=0"], "prompt_lookup.num_tokens must be at least 1"),
-    (["top_k=3"], "write METHOD.SETTING=VALUE"),
+    (["beam_width=3"], "write METHOD.SETTING=VALUE"),
     (["--limit", "0"], "--limit: must be at least 1"),
-    (["--max-new-tokens", "ten"], "--max-new-tokens: expected a whole number"),
-    (["--temperature", "-1"], "--temperature: must be between 0"),
+    (["--max-new-tokens", "ten"], "--max-new-tokens: max_new_tokens must be a whole number from 1 to 1,000,000"),
+    (["--temperature", "-1"], "--temperature: temperature must be a number from 0 to 10, not -1"),
     (["--sweep", "plain.x=1,2"], "plain has no settings to sweep"),
-    (["--sweep", "eagle2.total_tokens=8,1"], "total_tokens must be at least 2"),
+    (["--sweep", "eagle2.total_tokens=8,1"], "total_tokens must be a whole number from 2 to 4,096, not 1"),
 ])
 def test_bad_arguments(questions_file, capsys, extra, message):
     assert message in error_of(capsys, ["--questions", str(questions_file), *extra])

@@ -252,7 +252,7 @@ def test_script_payloads_stay_text_in_the_browser(app_server, tmp_path):
         browser.js("document.querySelector('#run').click()")
         # Generous: on a loaded 2-core machine the refusal once took longer than a minute to show.
         try:
-            browser.wait_for(f"{text_of('message')}.includes('not a draft call number')", 150, "the settings refusal")
+            browser.wait_for(f"{text_of('message')}.includes('check after calls must be')", 150, "the settings refusal")
         except AssertionError as timed_out:
             raise AssertionError(f"{timed_out}; the message reads {browser.js(text_of('message'))!r}") from None
         assert PAYLOADS[0] in browser.js(text_of("message"))

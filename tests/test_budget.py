@@ -4,10 +4,10 @@ import pytest
 from ddd.bench.budget import (accepted_within, auto_budget, ddd_depth, interpolate, kept_nodes, lm_rows, time_target,
                               main as budget_main)
 from ddd.engine import generate
-from ddd.head import save_head
+from ddd.checkpoint import save_head
 from tests.tiny import PROMPTS
 
-BIG = dict(top_k=4, draft_calls=5, total_tokens=40)
+BIG = dict(beam_width=4, draft_calls=5, total_tokens=40)
 
 
 def first_step(target, head, method, **settings):
@@ -17,7 +17,7 @@ def first_step(target, head, method, **settings):
 @pytest.mark.parametrize("calls,tokens", [(1, 2), (2, 3), (3, 6), (5, 12), (4, 40)])
 def test_smaller_eagle2_tree_accepts_what_the_big_pool_predicts(llama, llama_head, calls, tokens):
     big = first_step(llama, llama_head, "eagle2", **BIG)
-    small = first_step(llama, llama_head, "eagle2", top_k=4, draft_calls=calls, total_tokens=tokens)
+    small = first_step(llama, llama_head, "eagle2", beam_width=4, draft_calls=calls, total_tokens=tokens)
     keep = kept_nodes(big, calls, tokens)
     assert len(keep) == small.verified
     assert accepted_within(big, keep) == small.accepted
@@ -26,7 +26,7 @@ def test_smaller_eagle2_tree_accepts_what_the_big_pool_predicts(llama, llama_hea
 @pytest.mark.parametrize("threshold", [0.0, -0.5, -2.0, -50.0])
 def test_ddd_depth_is_read_from_the_recorded_confidence(llama, llama_head, threshold):
     big = first_step(llama, llama_head, "eagle2", **BIG)
-    ddd = first_step(llama, llama_head, "ddd", top_k=4, max_draft_calls=5, check_steps="all",
+    ddd = first_step(llama, llama_head, "ddd", beam_width=4, max_draft_calls=5, check_steps="all",
                      threshold=threshold, total_tokens=12)
     calls = ddd_depth(big.confidence, threshold, 5)
     assert calls == ddd.draft_calls
@@ -55,7 +55,7 @@ def test_interpolate_between_and_beyond_measured_sizes():
 
 
 def test_auto_budget_returns_valid_settings_for_both_methods(llama, llama_head):
-    report = auto_budget(llama, llama_head, prompts=(PROMPTS[0], PROMPTS[2]), new_tokens=12, top_k=4,
+    report = auto_budget(llama, llama_head, prompts=(PROMPTS[0], PROMPTS[2]), new_tokens=12, beam_width=4,
                          max_calls=4, max_tokens=16, repeats=1)
     assert report.calibration_steps >= 2
     assert all(ms > 0 for ms in report.costs.forward_ms.values())
@@ -85,17 +85,18 @@ def test_forwards_are_timed_after_the_asked_context_within_the_models_limit(llam
 
 def test_budget_prints_candidates_and_the_best_settings(tmp_path, tiny_llama_dir, llama_head, capsys):
     head_dir = save_head(llama_head, tmp_path / "head")
-    budget_main(["--model", str(tiny_llama_dir), "--head", str(head_dir), "--top-k", "4", "--max-calls", "3",
+    budget_main(["--model", str(tiny_llama_dir), "--head", str(head_dir), "--beam-width", "4", "--max-calls", "3",
           "--max-tokens", "8", "--new-tokens", "8"])
     out = capsys.readouterr().out
     assert "target forward ms by rows" in out and "predicted speedup" in out
-    assert "eagle2: --set top_k=4 --set draft_calls=" in out
-    assert "ddd: --set top_k=4 --set max_draft_calls=3 --set check_steps=all" in out
+    assert "eagle2: --set beam_width=4 --set draft_calls=" in out
+    assert "ddd: --set beam_width=4 --set max_draft_calls=3 --set check_steps=all" in out
 
 
 @pytest.mark.parametrize("extra, message", [
-    (["--max-tokens", "1"], "total_tokens must be at least 2"),
-    (["--max-calls", "0"], "draft_calls must be between 1 and 64"),
+    (["--max-tokens", "1"], "--max-tokens: total_tokens must be a whole number from 2 to 4,096, not 1"),
+    (["--max-calls", "0"], "--max-calls: draft_calls must be a whole number from 1 to 64, not 0"),
+    (["--beam-width", "²"], "--beam-width: beam_width must be a whole number from 1 to 1,024, not '²'"),
     (["--new-tokens", "1"], "new_tokens must be at least 2"),
 ])
 def test_budget_bad_values(tiny_llama_dir, extra, message, capsys):

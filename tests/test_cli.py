@@ -2,7 +2,7 @@
 import pytest
 
 from ddd.cli import main
-from ddd.head import save_head
+from ddd.checkpoint import save_head
 
 
 def test_generate_streams_text_and_summary(tmp_path, tiny_llama_dir, llama_head, capsys):
@@ -19,7 +19,11 @@ def test_generate_streams_text_and_summary(tmp_path, tiny_llama_dir, llama_head,
 @pytest.mark.parametrize("argv, message", [
     (["generate", "hi", "--method", "beam"], "invalid choice: 'beam'"),
     (["generate", "hi", "--set", "threshold"], "settings look like name=value"),
-    (["generate", "hi", "--max-new-tokens", "many"], "invalid int value"),
+    (["generate", "hi", "--max-new-tokens", "many"], "max_new_tokens must be a whole number from 1 to 1,000,000"),
+    (["generate", "hi", "--top-k", "²"], "top_k must be a whole number from 0 to 1,000,000, not '²'"),
+    (["generate", "hi", "--seed", "9" * 5000], "seed must be a whole number from 0 to"),
+    (["generate", "hi", "--temperature", "nan"], "temperature must be a number from 0 to 10, not 'nan'"),
+    (["generate", "hi", "--top-p", "0"], "top_p must be a number above 0 and at most 1, not 0"),
     (["generate", "hi", "--dtype", "float8"], "invalid choice: 'float8'"),
 ])
 def test_bad_arguments(argv, message, capsys):
@@ -32,8 +36,10 @@ def test_bad_arguments(argv, message, capsys):
 @pytest.mark.parametrize("extra, message", [
     (["--set", "threshold=1"], "never above 0"),
     (["--set", "depth=3"], "Unknown setting"),
+    (["--set", "beam_width=٣"], "beam_width must be a whole number from 1 to 1,024, not '٣'"),
+    (["--set", "check_steps=5,①"], "check_steps must be 'all' or draft calls from 1 to 64"),
     (["--head", "/no/such/head"], "config.json is missing"),
-    (["--max-new-tokens", "0"], "max_new_tokens must be at least 1"),
+    (["--max-new-tokens", "0"], "max_new_tokens must be a whole number from 1 to 1,000,000, not 0"),
 ])
 def test_bad_values_give_their_message(tiny_llama_dir, extra, message, capsys):
     with pytest.raises(SystemExit) as exit_info:

@@ -10,7 +10,7 @@ VOCAB = 8
 
 
 class CraftedRunner:
-    """A stand-in head whose best child always has probability q: with top_k=1 the beam is one chain and
+    """A stand-in head whose best child always has probability q: with beam_width=1 the beam is one chain and
     H after c draft calls is exactly c * log(q)."""
 
     def __init__(self, q: float):

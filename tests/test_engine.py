@@ -47,7 +47,7 @@ def test_steps_add_up_to_the_text(llama, llama_head):
 
 
 def test_tree_invariants(llama, llama_head):
-    _, steps = decode(llama, llama_head, PROMPTS[2], "eagle2", top_k=4, total_tokens=20)
+    _, steps = decode(llama, llama_head, PROMPTS[2], "eagle2", beam_width=4, total_tokens=20)
     for step in steps[1:]:
         kept = [n for n in step.pool if n.status != "pruned"]
         assert len(kept) == step.verified <= 20
@@ -63,7 +63,7 @@ def test_tree_invariants(llama, llama_head):
 
 
 def test_every_step_emits_its_accepted_path_and_bonus_until_the_budget_cuts_the_last(llama, llama_head):
-    run, steps = decode(llama, llama_head, PROMPTS[2], "eagle2", top_k=4, total_tokens=20)
+    run, steps = decode(llama, llama_head, PROMPTS[2], "eagle2", beam_width=4, total_tokens=20)
     *whole, last = steps[1:]
     for step in whole:
         tokens = {n.index: n.token_id for n in step.pool}
@@ -82,7 +82,7 @@ def test_each_speculative_step_records_where_its_accepted_chain_ended(llama, lla
     there and dropped by the rerank; not_drafted: the drafts there missed it."""
     seen = set()
     for prompt in PROMPTS[:3] + UNSEEN:
-        _, steps = decode(llama, llama_head, prompt, "eagle2", top_k=4, draft_calls=2, total_tokens=8)
+        _, steps = decode(llama, llama_head, prompt, "eagle2", beam_width=4, draft_calls=2, total_tokens=8)
         for step in steps[1:]:
             children = [n for n in step.pool if n.parent == step.accepted_path[-1]]
             match = [n for n in children if n.token_id == step.bonus_id]
@@ -96,7 +96,7 @@ def test_a_chain_ends_outside_the_vocabulary_where_the_target_picks_a_token_the_
     from ddd.eagle3 import new_eagle3_head
 
     head = new_eagle3_head(llama, draft_vocab=torch.arange(0, llama.vocab_size, 2), layers=(0, 1, 2))
-    _, steps = decode(llama, head, PROMPTS[0], "eagle2", top_k=4, total_tokens=8)
+    _, steps = decode(llama, head, PROMPTS[0], "eagle2", beam_width=4, total_tokens=8)
     ends = {step.chain_end for step in steps[1:]}
     assert "outside_vocab" in ends
     for step in steps[1:]:
@@ -148,7 +148,7 @@ def test_verify_positions_are_prefix_plus_depth(llama, llama_head, monkeypatch):
 
 
 def test_dynamic_tree_keeps_budget_and_best_scores(llama, llama_head):
-    _, steps = decode(llama, llama_head, UNSEEN[0], "eagle2", top_k=5, draft_calls=5, total_tokens=15)
+    _, steps = decode(llama, llama_head, UNSEEN[0], "eagle2", beam_width=5, draft_calls=5, total_tokens=15)
     for step in steps[1:]:
         kept = [n.score for n in step.pool[1:] if n.status != "pruned"]
         pruned = [n.score for n in step.pool[1:] if n.status == "pruned"]
@@ -161,7 +161,7 @@ def test_head_runner_drops_tree_nodes_from_its_cache(llama, llama_head):
     runner = HeadRunner(llama_head, llama)
     hidden = torch.randn(6, llama.hidden_size)
     root_feature = runner.extend(torch.arange(3, 9), hidden)
-    drafter = DynamicTreeDrafter.eagle2(Eagle2Settings(top_k=3, draft_calls=4, total_tokens=10))
+    drafter = DynamicTreeDrafter.eagle2(Eagle2Settings(beam_width=3, draft_calls=4, total_tokens=10))
     drafter.draft(runner, torch.tensor(8), root_feature, depth_limit=100)
     assert runner.context_length == 6
 

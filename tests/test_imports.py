@@ -1,6 +1,6 @@
 """The import graph of the project's packages: layered, without cycles, every import at the top of its module.
 
-The layers (README: the code): the engine `ddd` at the bottom, its programs `ddd.train` and `ddd.bench` on top of
+The layers (README.md, the table of folders): the engine `ddd` at the bottom, its programs `ddd.train` and `ddd.bench` on top of
 it, then the views (`components`), then the app (`explorer`, `app.py`). A module imports only from its own
 layer or those below, never in a cycle, and never from inside a function, where a cycle or a heavy import
 would hide until that function runs.

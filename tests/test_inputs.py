@@ -20,11 +20,12 @@ def test_prompt_longer_than_the_context(llama):
     ("beam", {}, "Unknown method 'beam'"),
     ("ddd", {"depth": 3}, "Unknown setting"),
     ("ddd", {"threshold": 0.5}, "never above 0"),
-    ("ddd", {"check_steps": "3,20"}, "check_steps must be"),
-    ("ddd", {"check_steps": "x"}, "not a valid"),
-    ("eagle2", {"top_k": 0}, "top_k must be between 1"),
-    ("eagle2", {"top_k": 100000}, "draft vocabulary size"),
-    ("eagle2", {"total_tokens": 1}, "total_tokens must be at least 2"),
+    ("ddd", {"check_steps": "3,20"}, "check_steps lists draft call 20, after the last one DDD may make"),
+    ("ddd", {"check_steps": "x"}, "check_steps must be 'all' or draft calls from 1 to 64"),
+    ("eagle2", {"beam_width": 0}, "beam_width must be a whole number from 1 to 1,024"),
+    ("eagle2", {"beam_width": 1000}, "draft vocabulary size"),
+    ("eagle2", {"top_k": 8}, "top_k is now beam_width"),
+    ("eagle2", {"total_tokens": 1}, "total_tokens must be a whole number from 2 to 4,096"),
     ("eagle", {"tree": [[0], [0, 0, 0]]}, "has no parent path"),
 ])
 def test_impossible_settings(llama, llama_head, method, settings, message):
@@ -40,7 +41,8 @@ def test_speculative_method_without_a_head(llama):
 @pytest.mark.parametrize("kwargs, message", [
     ({"max_new_tokens": 0}, "max_new_tokens"),
     ({"temperature": -1}, "temperature"),
-    ({"top_p": 0}, "top_p"),
+    ({"top_p": 0}, "top_p must be a number above 0 and at most 1, not 0"),
+    ({"seed": -1}, "seed"),
 ])
 def test_bad_sampling_and_lengths(llama, kwargs, message):
     with pytest.raises(SettingsError, match=message):

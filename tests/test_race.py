@@ -12,13 +12,13 @@ from ddd.turns import Entry, race_to_end, start_race, warm_up
 from ddd.metrics import summarize
 from ddd.trace import RunTrace, Step
 
-SMALL_TREE = dict(top_k=4, draft_calls=3, total_tokens=12)
+SMALL_TREE = dict(beam_width=4, draft_calls=3, total_tokens=12)
 HOG = "import sys; print('spinning', flush=True)\nwhile True: pass"
 
 
 def test_round_robin_takes_turns_and_rotates_the_order(llama, llama_head):
     entries = {"plain": Entry("plain"), "eagle2": Entry("eagle2", SMALL_TREE),
-               "ddd": Entry("ddd", dict(top_k=4, max_draft_calls=6, check_steps="all", total_tokens=12))}
+               "ddd": Entry("ddd", dict(beam_width=4, max_draft_calls=6, check_steps="all", total_tokens=12))}
     race = start_race(llama, llama_head, "one two three", entries, max_new_tokens=24)
     turns = list(race)
     rounds: dict[int, list[str]] = {}
@@ -73,7 +73,7 @@ def test_identical_decoders_tie_even_with_a_cpu_hog_during_part_of_the_race(llam
 
 def test_a_really_slower_decoder_loses(llama):
     head, _ = resolve_head("random", llama)  # accepts almost nothing: a big tree is pure cost
-    entries = {"plain": Entry("plain"), "eagle2": Entry("eagle2", dict(top_k=10, draft_calls=6, total_tokens=60))}
+    entries = {"plain": Entry("plain"), "eagle2": Entry("eagle2", dict(beam_width=10, draft_calls=6, total_tokens=60))}
     result = verdict(race_to_end(llama, head, "one two three", entries, max_new_tokens=32))
     assert result.leaders == ["plain"] and result.headline.startswith("Plain wins"), result.headline
     slow = result.standings[1]

@@ -18,8 +18,8 @@ SAMPLING = dict(temperature=1.0, top_p=0.95)
 # top-k keeps few enough tokens that the tree's drafts often fall outside it: rejections that must still
 # leave plain top-k sampling's distribution.
 TOP_K = dict(temperature=1.0, top_k=6)
-FAST_TREES = {"eagle": {}, "eagle2": {"top_k": 4, "draft_calls": 3, "total_tokens": 12},
-              "ddd": {"top_k": 4, "max_draft_calls": 4, "check_steps": "all", "threshold": -1.0, "total_tokens": 12}}
+FAST_TREES = {"eagle": {}, "eagle2": {"beam_width": 4, "draft_calls": 3, "total_tokens": 12},
+              "ddd": {"beam_width": 4, "max_draft_calls": 4, "check_steps": "all", "threshold": -1.0, "total_tokens": 12}}
 
 
 def exact_joint(target, prompt, length, sampling):

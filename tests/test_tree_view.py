@@ -11,25 +11,25 @@ from tests.races import by_meta, make_trace, node, prefill, small_pool, spec_ste
 
 def test_graph_nodes_edges_and_accepted_path():
     step = spec_step()
-    graph = build_graph(step, top_k=3, show="all")
+    graph = build_graph(step, beam_width=3, show="all")
     assert graph.number_of_nodes() == 9 + 1  # the whole pool plus the bonus token
     assert graph.nodes[BONUS]["depth"] == 3 and graph.nodes[BONUS]["token_id"] == 99
     accepted_edges = {(a, b) for a, b, d in graph.edges(data=True) if d["accepted"]}
     assert accepted_edges == {(0, 1), (1, 4), (4, BONUS)}
     verified = build_graph(step, show="verified")
     assert {n for n in verified if n != BONUS} == {0, 1, 2, 4, 5, 7}
-    assert shown_nodes(step.pool, top_k=0) == {0, 1, 2, 4, 5, 7}  # verified only
-    assert shown_nodes(step.pool, top_k=1) == set(range(9))  # + the best dropped candidate of each level
+    assert shown_nodes(step.pool, dropped=0) == {0, 1, 2, 4, 5, 7}  # verified only
+    assert shown_nodes(step.pool, dropped=1) == set(range(9))  # + the best dropped candidate of each level
 
 
 def test_shown_nodes_keeps_parents_of_kept_candidates():
     pool = small_pool() + [node(9, " x", 3, 2, -0.1, "pruned", score=-0.05)]  # the best of level 2, under 3
-    keep = shown_nodes(pool, top_k=1)
+    keep = shown_nodes(pool, dropped=1)
     assert 9 in keep and 3 in keep  # its dropped parent comes along, so it hangs from the root
 
 
 def test_layout_levels_left_to_right_siblings_by_rank():
-    graph = build_graph(spec_step(), top_k=3, show="all")
+    graph = build_graph(spec_step(), beam_width=3, show="all")
     pos = layout(graph)
     for n, data in graph.nodes(data=True):
         expected = data["depth"] - (0.5 if n == BONUS else 0)  # the bonus: half a level after its parent
@@ -87,19 +87,19 @@ def test_tree_labels_are_escaped_and_short_off_the_path():
     assert by_meta(fig, "rejected")[0].text[0] == '"'  # plotly does not decode &quot;: quotes stay quotes
 
 
-def big_step(top_k=10, calls=6, total=60) -> Step:
-    """A full-size pool: top_k at the root call, top_k² per later call, total-1 kept."""
+def big_step(beam_width=10, calls=6, total=60) -> Step:
+    """A full-size pool: beam_width at the root call, beam_width² per later call, total-1 kept."""
     pool = [node(0, "<", -1, 0, 0.0, "root")]
     beam = [0]
     for depth in range(1, calls + 1):
         children = []
         for parent in beam:
-            for r in range(top_k if depth > 1 or parent == 0 else 0):
+            for r in range(beam_width if depth > 1 or parent == 0 else 0):
                 index = len(pool)
                 score = pool[parent].score - 0.3 * (r + 1) - 0.05 * depth
                 pool.append(node(index, f" t{index}", parent, depth, -0.3 * (r + 1), "pruned", rank=r, score=score))
                 children.append(index)
-        beam = sorted(children, key=lambda i: -pool[i].score)[:top_k]
+        beam = sorted(children, key=lambda i: -pool[i].score)[:beam_width]
         for i in beam:
             pool[i].in_beam = depth < calls
     kept = sorted(range(1, len(pool)), key=lambda i: -pool[i].score)[: total - 1]
@@ -118,7 +118,7 @@ def big_step(top_k=10, calls=6, total=60) -> Step:
 
 def test_a_sixty_node_tree_draws_every_candidate_in_the_whole_pool_view():
     step = big_step()
-    trace = make_trace("ddd", [prefill(), step], settings={"top_k": 10, "max_draft_calls": 11, "threshold": -0.3})
+    trace = make_trace("ddd", [prefill(), step], settings={"beam_width": 10, "max_draft_calls": 11, "threshold": -0.3})
     for show in ("verified", "shown", "all"):
         fig = tree_figure(step, trace, show=show)
         fig.to_json()

@@ -55,8 +55,8 @@ UNSEEN = ["seven cats", "Translate to French: the dog"]
 # the tree code (a hand-written static tree, a one-wide beam nine calls deep, DDD checking at every call).
 TREE_SETTINGS = {
     "eagle": [{}, {"tree": [[0], [1], [0, 0], [0, 0, 0], [1, 0]]}],
-    "eagle2": [{}, {"top_k": 3, "draft_calls": 4, "total_tokens": 8}, {"top_k": 1, "draft_calls": 9, "total_tokens": 10}],
-    "ddd": [{}, {"check_steps": "all", "threshold": -0.05}, {"top_k": 4, "max_draft_calls": 6, "check_steps": "2,4",
+    "eagle2": [{}, {"beam_width": 3, "draft_calls": 4, "total_tokens": 8}, {"beam_width": 1, "draft_calls": 9, "total_tokens": 10}],
+    "ddd": [{}, {"check_steps": "all", "threshold": -0.05}, {"beam_width": 4, "max_draft_calls": 6, "check_steps": "2,4",
                                                             "total_tokens": 12}],
 }
 
@@ -150,7 +150,8 @@ def write_broken_head(directory: Path, target: Target, kind: str) -> Path:
 
 
 # The app on the tiny model: the Run button's settings in the panel's order (max_new_tokens, temperature,
-# top_p, seed, precision, EAGLE-2 top_k / draft calls / total tokens, DDD max calls / checks / threshold).
+# top_p, seed, precision, then the tree settings: beam_width, draft_calls, total_tokens, max_draft_calls, check_steps,
+# threshold).
 RACE_SETTINGS = [24, 0.0, 1.0, 0, "float32", 4, 4, 20, 8, "3,5,7", -0.3]
 TREE_MODE = "verified + best dropped"
 
@@ -185,7 +186,7 @@ def record_tiny_race(target: Target, head, prompt: str = "one two three"):
     models = Models(ModelConfig(dtype=target.precision))
     models.target, models.head = target, head
     return record_race(models, prompt, "tiny example", max_new_tokens=32,
-                       changes=dict(e_top_k=4, e_calls=4, e_total=20, d_checks="3,5,7"))
+                       changes=dict(beam_width=4, draft_calls=4, total_tokens=20, check_steps="3,5,7"))
 
 
 def render_everything(race) -> int:

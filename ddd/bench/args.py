@@ -10,7 +10,8 @@ from collections import OrderedDict
 from dataclasses import dataclass, field
 from typing import Any
 
-from ddd.settings import PRECISIONS
+from ddd.settings import (MAX_NEW_TOKENS, PRECISIONS, SEED, TEMPERATURE, SettingsError, add_argument,
+                          method_settings, settings_dict, settings_help)
 
 OUR_METHODS = ("plain", "eagle", "eagle2", "ddd")
 PEER_METHODS = ("hf_generate", "prompt_lookup")
@@ -38,22 +39,15 @@ def _positive_int(text: str) -> int:
     return value
 
 
-def _temperature(text: str) -> float:
-    try:
-        value = float(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"expected a number, got {text!r}") from None
-    if not 0 <= value <= 10:
-        raise argparse.ArgumentTypeError(f"must be between 0 (greedy) and 10, got {value}")
-    return value
-
-
 def build_parser(description: str) -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(
-        prog="python -m ddd.bench", description=description,
-        epilog="Setting overrides: METHOD.SETTING=VALUE, e.g. eagle2.total_tokens=16 ddd.threshold=-0.5 "
-               "ddd.check_steps=all prompt_lookup.num_tokens=5. A sweep's values are comma-separated, or "
-               "';'-separated when a value holds commas (ddd.check_steps='5,7,9;all').")
+        prog="python -m ddd.bench", description=description, formatter_class=argparse.RawDescriptionHelpFormatter,
+        epilog="Setting overrides: METHOD.SETTING=VALUE, e.g. eagle2.total_tokens=16 ddd.threshold=-0.5\n"
+               "ddd.check_steps=all prompt_lookup.num_tokens=5. A sweep's values are comma-separated, or\n"
+               "';'-separated when a value holds commas (ddd.check_steps='5,7,9;all'). The settings:\n"
+               + settings_help(qualified=True) + "\n  " + "\n  ".join(
+                   f"{method}.{name}: a whole number from 1 (default {value})"
+                   for method, values in PEER_SETTINGS.items() for name, value in values.items()))
     parser.add_argument("--questions", required=True, metavar="FILE.jsonl",
                         help="MT-bench format: one JSON object a line with question_id, category, turns")
     parser.add_argument("--methods", default=None,
@@ -61,11 +55,11 @@ def build_parser(description: str) -> argparse.ArgumentParser:
                              "besides the sweep). plain is always run: it is the speedup reference")
     parser.add_argument("--limit", type=_positive_int, default=None,
                         help="use N questions, picked round-robin over categories so all are covered")
-    parser.add_argument("--max-new-tokens", type=_positive_int, default=128)
+    add_argument(parser, MAX_NEW_TOKENS)
     parser.add_argument("--repeats", type=_positive_int, default=1, help="runs per question and method (median kept)")
     parser.add_argument("--out", default=None, help="output folder (default: runs/bench-<date-time>)")
-    parser.add_argument("--temperature", type=_temperature, default=0.0, help="0 = greedy (default)")
-    parser.add_argument("--seed", type=int, default=0, help="sampling seed (temperature > 0)")
+    add_argument(parser, TEMPERATURE)
+    add_argument(parser, SEED)
     parser.add_argument("--model", default=None, help="target: the default SmolLM2-135M-Instruct, a local dir or hub id")
     parser.add_argument("--head", default=None,
                         help="draft head folder, or 'random' for an untrained head (default: the shipped head, for the default model)")
@@ -94,8 +88,6 @@ class RunSpec:
 
     def settings(self) -> dict[str, Any]:
         if self.ours:
-            from ddd.settings import method_settings, settings_dict
-
             return settings_dict(method_settings(self.method, **self.overrides))
         return peer_settings(self.method, self.overrides)
 
@@ -135,12 +127,10 @@ def parse_assignment(text: str, what: str = "setting") -> tuple[str, str, str]:
 
 def check_settings(method: str, overrides: dict[str, str]) -> None:
     """Refuse unknown names and unreadable values before any model is loaded (ranges that depend on the
-    head, such as top_k against its vocabulary, are checked again once it is loaded)."""
-    from ddd.settings import SettingsError, method_settings
-
+    head, such as beam_width against its vocabulary, are checked again once it is loaded)."""
     if method in OUR_METHODS:
         try:
-            method_settings(method, **overrides).validate(1 << 40)
+            method_settings(method, **overrides).validate()
         except SettingsError as err:
             raise BenchError(str(err)) from None
     else:

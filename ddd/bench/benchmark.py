@@ -24,7 +24,17 @@ import time
 from pathlib import Path
 from typing import Any
 
+import torch
+import transformers
+from tqdm import tqdm
+from transformers.utils import logging as hf_logging
+
 from ddd import metrics
+from ddd.catalog import resolve_head
+from ddd.engine import PromptError, encode_prompt, generate
+from ddd.head import HeadLoadError
+from ddd.models import ModelLoadError, load_target
+from ddd.settings import Sampling, SettingsError, method_settings
 from .args import HEAD_METHODS, BenchError, RunSpec, build_parser, build_specs, peer_settings
 from .summary import build_report
 from .questions import QuestionError, load_questions, select_questions
@@ -36,16 +46,12 @@ WARMUP_TOKENS = 8
 # -- running -----------------------------------------------------------------------------------------
 
 def _sync(target) -> float:
-    import torch
-
     if target.device.type == "cuda":
         torch.cuda.synchronize(target.device)
     return time.perf_counter()
 
 
 def run_ours(target, head, spec: RunSpec, prompt: str, max_new_tokens: int, sampling) -> dict[str, Any]:
-    from ddd.engine import generate
-
     run = generate(target, head if spec.method != "plain" else None, prompt, spec.method,
                    max_new_tokens=max_new_tokens, sampling=sampling, record=False, **spec.overrides)
     for _ in run:
@@ -57,8 +63,6 @@ def run_ours(target, head, spec: RunSpec, prompt: str, max_new_tokens: int, samp
 def run_peer(target, spec: RunSpec, prompt_ids: list[int], max_new_tokens: int, sampling) -> dict[str, Any]:
     """transformers' own generate on the same model and token ids; forward hooks count the target forwards
     and time the first (the prefill)."""
-    import torch
-
     model = target.model
     eos = sorted(target.eos_ids())
     pad = target.tokenizer.pad_token_id
@@ -106,9 +110,6 @@ def run_one(target, head, spec: RunSpec, question: dict[str, Any], max_new_token
 
 
 def machine_info(target) -> dict[str, Any]:
-    import torch
-    import transformers
-
     cpu_model = platform.processor() or ""
     try:
         for line in Path("/proc/cpuinfo").read_text().splitlines():
@@ -138,11 +139,6 @@ def machine_info(target) -> dict[str, Any]:
 
 
 def load_models(args, specs: list[RunSpec]):
-    from ddd.catalog import resolve_head
-    from ddd.head import HeadLoadError
-    from ddd.models import ModelLoadError, load_target
-    from ddd.settings import SettingsError, method_settings
-
     try:
         target = load_target(args.model, dtype=args.dtype, device=args.device)
     except ModelLoadError as err:
@@ -173,13 +169,6 @@ def rotated(specs: list[RunSpec], k: int) -> list[RunSpec]:
 
 def benchmark(args, specs: list[RunSpec], questions: list[dict[str, Any]]) -> dict[str, Any]:
     """Load, warm up, run everything (interleaved), and return the whole report as plain data."""
-    import torch
-    from tqdm import tqdm
-    from transformers.utils import logging as hf_logging
-
-    from ddd.engine import PromptError, encode_prompt
-    from ddd.settings import Sampling
-
     hf_logging.set_verbosity_error()
     hf_logging.disable_progress_bar()
     if args.threads:

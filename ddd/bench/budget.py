@@ -31,7 +31,8 @@ from ddd.cli import model_arguments
 from ddd.engine import encode_prompt, generate
 from ddd.head import DraftHead, HeadLoadError
 from ddd.models import ModelLoadError, Target, load_target
-from ddd.settings import DDDSettings, Eagle2Settings, SettingsError
+from ddd.settings import (BEAM_WIDTH, DRAFT_CALLS, TOTAL_TOKENS, DDDSettings, Eagle2Settings, SettingsError,
+                          add_argument, argument_type)
 from ddd.trace import Step
 from ddd.tree import DraftTree, rerank
 
@@ -89,7 +90,7 @@ class Candidate:
 class BudgetReport:
     costs: Costs
     calibration_steps: int
-    top_k: int
+    beam_width: int
     eagle2: Eagle2Settings
     ddd: DDDSettings
     candidates: list[Candidate] = field(default_factory=list)
@@ -201,30 +202,31 @@ def _candidate(method: str, settings: dict, steps: list[Step], costs: Costs, cal
     return Candidate(method, settings, tau, step_ms, tau * costs.plain_ms / step_ms)
 
 
-def plan(steps: list[Step], costs: Costs, top_k: int, max_calls: int, max_tokens: int) -> list[Candidate]:
+def plan(steps: list[Step], costs: Costs, beam_width: int, max_calls: int, max_tokens: int) -> list[Candidate]:
     """Every EAGLE-2 (draft calls x tokens) and DDD (threshold x tokens, checks every call) candidate."""
     budgets = [b for b in TOKEN_BUDGETS if b <= max_tokens]
     out = []
     for calls in range(1, max_calls + 1):
         for tokens in budgets:
-            out.append(_candidate("eagle2", {"top_k": top_k, "draft_calls": calls, "total_tokens": tokens},
+            out.append(_candidate("eagle2", {"beam_width": beam_width, "draft_calls": calls, "total_tokens": tokens},
                                   steps, costs, lambda s, c=calls: c, tokens))
     seen = sorted({round(h, 1) + 0.0 for s in steps for h in s.confidence[: max_calls - 1]})  # + 0.0: no "-0.0"
     thresholds = sorted(set(seen[:: max(1, len(seen) // 12)]) | {-0.3})
     for threshold in thresholds:
         for tokens in budgets:
             out.append(_candidate(
-                "ddd", {"top_k": top_k, "max_draft_calls": max_calls, "check_steps": "all",
+                "ddd", {"beam_width": beam_width, "max_draft_calls": max_calls, "check_steps": "all",
                         "threshold": threshold, "total_tokens": tokens},
                 steps, costs, lambda s, x=threshold: ddd_depth(s.confidence, x, max_calls), tokens))
     return out
 
 
 def auto_budget(target: Target, head: DraftHead, *, prompts: tuple[str, ...] = CALIBRATION_PROMPTS,
-                new_tokens: int = 32, top_k: int = 8, max_calls: int = 8, max_tokens: int = 64,
+                new_tokens: int = 32, beam_width: int = 8, max_calls: int = 8, max_tokens: int = 64,
                 repeats: int = 7) -> BudgetReport:
     """Measure this machine and return the fastest EAGLE-2 and DDD settings it predicts (greedy decoding)."""
-    Eagle2Settings(top_k=top_k, draft_calls=max_calls, total_tokens=max_tokens).validate(head.draft_vocab_size)
+    widest = Eagle2Settings(beam_width=beam_width, draft_calls=max_calls, total_tokens=max_tokens)
+    widest.validate(head.draft_vocab_size)
     if new_tokens < 2:
         raise SettingsError(f"new_tokens must be at least 2 (a calibration step and the one after), not {new_tokens}.")
     timings = time_target(target, prompts[0], repeats=repeats)
@@ -234,7 +236,7 @@ def auto_budget(target: Target, head: DraftHead, *, prompts: tuple[str, ...] = C
     plain_ms = timings.plain_forward_ms + timings.lm_ms[1] + statistics.median(s.other_ms for s in plain)
     steps: list[Step] = []
     for prompt in prompts:
-        run = [s for s in generate(target, head, prompt, "eagle2", max_new_tokens=new_tokens, top_k=top_k,
+        run = [s for s in generate(target, head, prompt, "eagle2", max_new_tokens=new_tokens, beam_width=beam_width,
                                    draft_calls=max_calls, total_tokens=max_tokens) if not s.prefill]
         steps += run[:-1] or run  # the last step may be cut short by the token limit or the end of turn
     costs = Costs(
@@ -242,20 +244,23 @@ def auto_budget(target: Target, head: DraftHead, *, prompts: tuple[str, ...] = C
         draft_call_ms=statistics.median(s.draft_ms / max(1, s.draft_calls) for s in steps),
         other_ms=statistics.median(s.other_ms for s in steps), plain_ms=plain_ms,
     )
-    candidates = plan(steps, costs, top_k, max_calls, max_tokens)
+    candidates = plan(steps, costs, beam_width, max_calls, max_tokens)
     best_e2 = max((c for c in candidates if c.method == "eagle2"), key=lambda c: c.speedup)
     best_ddd = max((c for c in candidates if c.method == "ddd"), key=lambda c: c.speedup)
-    return BudgetReport(costs, len(steps), top_k, Eagle2Settings(**best_e2.settings), DDDSettings(**best_ddd.settings),
-                        candidates)
+    return BudgetReport(costs, len(steps), beam_width, Eagle2Settings(**best_e2.settings),
+                        DDDSettings(**best_ddd.settings), candidates)
 
 
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="python -m ddd.bench.budget",
                                      description="time this machine and predict the fastest EAGLE-2 and DDD settings")
     model_arguments(parser)
-    parser.add_argument("--top-k", type=int, default=8, help="tree width (kept fixed)")
-    parser.add_argument("--max-calls", type=int, default=8, help="deepest tree tried (draft calls)")
-    parser.add_argument("--max-tokens", type=int, default=64, help="largest verify budget tried")
+    add_argument(parser, BEAM_WIDTH, default=8,
+                 help=f"the beam width, kept fixed ({BEAM_WIDTH.allowed()}; default %(default)s)")
+    parser.add_argument("--max-calls", type=argument_type(DRAFT_CALLS), default=8,
+                        help=f"the deepest tree tried, in draft calls ({DRAFT_CALLS.allowed()}; default %(default)s)")
+    parser.add_argument("--max-tokens", type=argument_type(TOTAL_TOKENS), default=64,
+                        help=f"the largest verify budget tried ({TOTAL_TOKENS.allowed()}; default %(default)s)")
     parser.add_argument("--new-tokens", type=int, default=32, help="tokens decoded per calibration prompt")
     parser.add_argument("--show", type=int, default=5, help="candidates listed per method")
     return parser
@@ -276,7 +281,7 @@ def _report(args) -> int:
     if note:
         print(f"note: {note}", file=sys.stderr)
     print("measuring (forward timings, plain steps, greedy calibration runs)...", file=sys.stderr, flush=True)
-    report = auto_budget(target, head, top_k=args.top_k, max_calls=args.max_calls, max_tokens=args.max_tokens,
+    report = auto_budget(target, head, beam_width=args.beam_width, max_calls=args.max_calls, max_tokens=args.max_tokens,
                          new_tokens=args.new_tokens)
     c = report.costs
     for label, table in (("target forward", c.forward_ms), ("LM head", c.lm_ms)):

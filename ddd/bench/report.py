@@ -8,6 +8,10 @@ from collections import OrderedDict
 from pathlib import Path
 from typing import Any
 
+import plotly.graph_objects as go
+from plotly.colors import qualitative
+from plotly.subplots import make_subplots
+
 from ddd.trace import CHAIN_ENDS
 
 
@@ -129,10 +133,6 @@ def write_markdown(report: dict[str, Any], path: Path) -> Path:
 
 
 def figures(report: dict[str, Any]) -> list[Any]:
-    from plotly.colors import qualitative
-    import plotly.graph_objects as go
-    from plotly.subplots import make_subplots
-
     labels, cats = report["methods"], report["categories"]
     groups = ["all", *cats]
     palette = qualitative.Plotly

@@ -6,6 +6,7 @@ from collections import OrderedDict
 from typing import Any
 
 from ddd import metrics
+from ddd.settings import settings_dict
 from .args import REFERENCE, RunSpec, parse_sweep_target
 
 SCHEMA = 1
@@ -47,8 +48,7 @@ def build_report(args, specs: list[RunSpec], questions: list[dict[str, Any]],
         "settings": {
             "questions_file": str(args.questions), "limit": args.limit, "questions": len(questions),
             "max_new_tokens": args.max_new_tokens, "repeats": args.repeats,
-            "sampling": {"temperature": sampling.temperature, "top_p": sampling.top_p, "top_k": sampling.top_k,
-                         "seed": sampling.seed},
+            "sampling": settings_dict(sampling),
             "dtype": args.dtype, "device": args.device, "reference": REFERENCE,
             "runs": [{"label": s.label, "method": s.method, "settings": s.settings(), "swept": s.swept} for s in specs],
             "sweep": args.sweep,
