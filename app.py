@@ -17,6 +17,7 @@ import gradio as gr
 from components.runfile import LIMITS
 from components.views import CSS
 from ddd.settings import PRECISIONS
+from explorer.deploy import export_space_cli
 from explorer.examples import ExampleShelf, record_examples
 from explorer.models import CPU_PRECISION, ModelConfig, Models
 from explorer.page import build_page
@@ -40,6 +41,9 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     parser.add_argument("--port", type=int, default=int(os.environ.get("GRADIO_SERVER_PORT", "7860")))
     parser.add_argument("--record-examples", action="store_true",
                         help="record the example races into assets/examples (or DDD_EXAMPLES) and exit")
+    parser.add_argument("--export-space", nargs=2, metavar=("KIND", "DIR"),
+                        help="write DIR (new or empty) as a Hugging Face Space of KIND: zerogpu, cpu or static, "
+                             "and exit (README: Deploy)")
     return parser.parse_args(argv)
 
 
@@ -50,6 +54,8 @@ def zero_gpu() -> bool:
 
 def main(argv: list[str] | None = None) -> None:
     args = parse_args(argv)
+    if args.export_space:
+        raise SystemExit(export_space_cli(*args.export_space))
     models = Models(ModelConfig(args.model or None, args.head or None, args.device, args.dtype))
     if args.record_examples:
         record_examples(models, EXAMPLES_DIR)

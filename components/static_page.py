@@ -1,0 +1,170 @@
+"""The recorded races as one static page (a static Space, or a file opened from disk): no server, no network.
+
+Every view of every step is computed here, when the page is exported, by the app's own code (components.views,
+.tree, .charts, .narration, .answer, .verdict): the figures as the JSON Gradio sends a browser (`fig.to_json()`)
+and the HTML the app shows. A small player (static_player/player.js) swaps them in with Plotly.react. Per race
+the views are pooled (a value repeated across steps is stored once), gzipped and base64-encoded into
+index.html; the page decompresses them with the browser's DecompressionStream, which also works from file://.
+
+A race file loaded in the page has no Python to draw it: the player checks it and draws simpler views of its
+own (README: Deploy, static page).
+"""
+from __future__ import annotations
+
+import base64
+import gzip
+import json
+from pathlib import Path
+from typing import Any
+
+import plotly.graph_objects as go
+from markdown_it import MarkdownIt
+from plotly.offline import get_plotlyjs
+
+from ddd.settings import METHOD_DECLARATIONS, PRECISIONS, SAMPLING_SETTINGS, Setting
+from ddd.trace import CHAIN_ENDS, SCHEMA_VERSION, STATUSES
+
+from .about import about_markdown
+from .answer import LEGEND, answer_html, counters_html
+from .charts import METHOD_COLORS, SUMMARY_HEADERS, summary_rows, timeline_figure
+from .race import DROPPED_SHOWN, METHOD_LABELS, RACE_FORMAT, RACE_METHODS, RACE_VERSION, Race
+from .runfile import (CHECK_FIELDS, LIMITS, NODE_FIELDS, RACE_FIELDS, STEP_FIELDS, SUMMARY_KEYS, TRACE_FIELDS,
+                      TRACE_REQUIRED, load_race)
+from .tokens import escape
+from .tree import BAND_COLORS, COLORS, GHOST_COLOR, GHOST_LINE, LABEL_POSITIONS, STATUS_NAMES
+from .verdict import headline_html
+from .views import CSS, race_info, step_view
+
+PLAYER = Path(__file__).with_name("static_player")
+PLOTLY_JS = "plotly.min.js"
+# What the player shows per step, by the names of the page's elements (explorer.layout's, with - for _).
+STEP_KEYS = ("ans_plain", "ans_eagle2", "ans_ddd", "cnt_plain", "cnt_eagle2", "cnt_ddd", "txt_eagle2", "txt_ddd",
+             "tree_eagle2", "tree_ddd", "narration", "depth")
+
+
+class _Pool:
+    """Values by position, each distinct value stored once."""
+
+    def __init__(self) -> None:
+        self.values: list[str] = []
+        self._at: dict[str, int] = {}
+
+    def add(self, value: str) -> int:
+        if value not in self._at:
+            self._at[value] = len(self.values)
+            self.values.append(value)
+        return self._at[value]
+
+
+def markdown_html(text: str) -> str:
+    """Markdown as the app's gr.Markdown shows it; raw HTML stays text (the views escape what they quote)."""
+    return MarkdownIt("commonmark", {"html": False}).enable("table").render(text)
+
+
+def figure_json(fig: go.Figure) -> str:
+    """The figure as Gradio sends it to the browser (gr.Plot: `fig.to_json()`), compact."""
+    return json.dumps(json.loads(fig.to_json()), separators=(",", ":"), allow_nan=False)
+
+
+def rounds(race: Race) -> int:
+    """The race's rounds: the decoders took turns, so round r holds step r of each; the longest run sets the count."""
+    return max((len(t.steps) for t in race.traces.values()), default=0)
+
+
+def column_at(race: Race, method: str, index: int) -> tuple[str, str]:
+    """A race column (answer, counters) after round `index`: the text so far with its last step outlined."""
+    trace = race.get(method)
+    if trace is None or not trace.steps:
+        return (answer_html(None, placeholder="(not run)"), counters_html(method, [], "not run"))
+    last = len(trace.steps) - 1
+    status = f"done: {trace.stop_reason}" if index >= last and trace.stop_reason else ""
+    answer = answer_html(trace, upto=min(index, last), current=index if index <= last else None,
+                         cursor=index < last)
+    return answer, counters_html(method, trace.steps[: index + 1], status)
+
+
+def summary_html(race: Race) -> str:
+    head = "".join(f"<th>{escape(h)}</th>" for h in SUMMARY_HEADERS)
+    rows = "".join("<tr>" + "".join(f"<td>{escape(str(v))}</td>" for v in row) + "</tr>" for row in summary_rows(race))
+    return f'<table class="summary"><thead><tr>{head}</tr></thead><tbody>{rows}</tbody></table>'
+
+
+def race_bundle(race: Race) -> dict[str, Any]:
+    """Every view the page shows of `race`, per round, with repeated values pooled."""
+    pool = _Pool()
+    steps: dict[str, list[int]] = {key: [] for key in STEP_KEYS}
+    for index in range(rounds(race)):
+        view = step_view(race, index)
+        values = {"txt_eagle2": view.eagle2_text, "txt_ddd": view.ddd_text, "narration": markdown_html(view.narration),
+                  "tree_eagle2": figure_json(view.eagle2_tree), "tree_ddd": figure_json(view.ddd_tree),
+                  "depth": figure_json(view.depth)}
+        for method in RACE_METHODS:
+            values[f"ans_{method}"], values[f"cnt_{method}"] = column_at(race, method, index)
+        for key in STEP_KEYS:
+            steps[key].append(pool.add(values[key]))
+    return {
+        "title": race.title, "rounds": rounds(race),
+        "lengths": {m: len(t.steps) for m, t in race.traces.items()},
+        "info": race_info(race), "headline": headline_html(race.traces), "summary": summary_html(race),
+        "timeline": figure_json(timeline_figure(race)), "about": markdown_html(about_markdown(race)),
+        "pool": pool.values, "steps": steps,
+    }
+
+
+def encode(value: Any) -> str:
+    """JSON, gzipped, as base64 text (the page decodes it with DecompressionStream)."""
+    raw = json.dumps(value, ensure_ascii=False, separators=(",", ":"), allow_nan=False).encode("utf-8")
+    return base64.b64encode(gzip.compress(raw, compresslevel=9, mtime=0)).decode("ascii")
+
+
+def _declared(settings: tuple[Setting, ...]) -> list[dict[str, Any]]:
+    return [{"name": s.name, "kind": s.kind, "low": s.low, "high": s.high, "old": list(s.old_names)} for s in settings]
+
+
+def constants() -> dict[str, Any]:
+    """What the player needs to read and draw a loaded race file, taken from the app's own definitions."""
+    return {
+        "format": RACE_FORMAT, "version": RACE_VERSION, "schema": SCHEMA_VERSION, "statuses": list(STATUSES),
+        "fields": {"race": sorted(RACE_FIELDS), "trace": sorted(TRACE_FIELDS), "traceRequired": sorted(TRACE_REQUIRED),
+                   "step": sorted(STEP_FIELDS), "node": sorted(NODE_FIELDS), "check": sorted(CHECK_FIELDS),
+                   "summary": sorted(SUMMARY_KEYS)},
+        "settings": {method: _declared(declared) for method, declared in METHOD_DECLARATIONS.items()},
+        "sampling": _declared(SAMPLING_SETTINGS), "precisions": list(PRECISIONS), "chainEnds": list(CHAIN_ENDS),
+        "labels": METHOD_LABELS, "methods": list(RACE_METHODS), "colors": COLORS, "statusNames": STATUS_NAMES,
+        "methodColors": METHOD_COLORS, "bandColors": list(BAND_COLORS), "ghostColor": GHOST_COLOR,
+        "ghostLine": GHOST_LINE, "labelPositions": LABEL_POSITIONS, "droppedShown": DROPPED_SHOWN,
+        "limits": {"fileBytes": LIMITS.file_bytes, "jsonBytes": LIMITS.json_bytes, "steps": LIMITS.steps,
+                   "nodesPerStep": LIMITS.nodes_per_step, "nodes": LIMITS.nodes, "text": LIMITS.long_text},
+    }
+
+
+def script_json(value: Any) -> str:
+    """JSON to sit inside a <script> element: '<', '>' and '&' as \\u escapes, so nothing in it can close the
+    element."""
+    text = json.dumps(value, ensure_ascii=False, separators=(",", ":"), allow_nan=False)
+    return text.replace("<", "\\u003c").replace(">", "\\u003e").replace("&", "\\u0026")
+
+
+def page_html(races: list[tuple[str, Race]]) -> str:
+    """index.html: the player, with every race's views (`races`: key, race) embedded."""
+    data = {"constants": constants(),
+            "races": [{"key": key, "title": race.title or key, "data": encode(race_bundle(race))} for key, race in races]}
+    template = (PLAYER / "page.html").read_text(encoding="utf-8")
+    parts = {"/*@CSS@*/": CSS + (PLAYER / "player.css").read_text(encoding="utf-8"),
+             "<!--@LEGEND@-->": LEGEND, "/*@DATA@*/": script_json(data),
+             "/*@PLAYER@*/": (PLAYER / "player.js").read_text(encoding="utf-8"), "@PLOTLY@": PLOTLY_JS}
+    for mark, value in parts.items():
+        assert template.count(mark) == 1, mark
+        template = template.replace(mark, value)
+    return template
+
+
+def write_static_page(folder: Path, paths: list[Path]) -> list[Path]:
+    """index.html replaying the races in `paths`, and plotly.js beside it; returns the files written."""
+    races = [(path.stem, load_race(path)) for path in paths]  # in the app's order: by file name
+    folder.mkdir(parents=True, exist_ok=True)
+    index = folder / "index.html"
+    index.write_text(page_html(races), encoding="utf-8")
+    plotly_js = folder / PLOTLY_JS
+    plotly_js.write_text(get_plotlyjs(), encoding="utf-8")
+    return [index, plotly_js]

@@ -1,0 +1,923 @@
+// The static page's player (components/static_page.py embeds it in index.html).
+//
+// A recorded example comes with every view of every step precomputed by the app's own Python code: HTML the
+// app escaped, and figures as Gradio sends them. The player only picks the step's views and shows them.
+// A race file loaded from disk has no precomputed views: it is checked field by field (a bad file gets a
+// message naming the field, never a broken page) and drawn by the simpler views below, all text set with
+// textContent or escaped for plotly.
+"use strict";
+(() => {
+  const DATA = JSON.parse(document.getElementById("races").textContent);
+  const K = DATA.constants;
+  const METHODS = K.methods;
+  const PLAY_MS = 1000;
+  const $ = (id) => document.getElementById(id);
+  const hasPlotly = typeof window.Plotly === "object";
+  const bundles = new Map();
+  let view = null;
+  let index = 0;
+  let timer = null;
+  let loadedView = null;
+
+  class RaceError extends Error {}
+
+  // ---------------------------------------------------------------------------------------------------
+  // Showing a view
+  // ---------------------------------------------------------------------------------------------------
+
+  function put(element, content) {
+    if (content instanceof Node) element.replaceChildren(content);
+    else element.innerHTML = content; // precomputed at export by the app's views, which escape what they quote
+  }
+
+  function plot(id, figure) {
+    const element = $(id).firstElementChild; // the app's figures also sit inside an element of that id
+    if (!hasPlotly) {
+      element.textContent = "(plotly.min.js is missing beside index.html: figures cannot be drawn)";
+      return;
+    }
+    const layout = Object.assign({}, figure.layout || {}, {autosize: true});
+    delete layout.width;
+    window.Plotly.react(element, figure.data || [], layout, {responsive: true, displaylogo: false, displayModeBar: "hover"});
+  }
+
+  function message(text) {
+    const box = $("message");
+    box.textContent = text || "";
+    box.hidden = !text;
+  }
+
+  function render(at) {
+    if (!view) return;
+    index = Math.max(0, Math.min(Math.round(Number(at) || 0), view.rounds - 1));
+    const slider = $("slider");
+    slider.max = String(Math.max(view.rounds - 1, 0));
+    slider.value = String(index);
+    $("step-label").textContent = `step ${index} of ${view.rounds - 1}` + (index === 0 ? " (prefill)" : "");
+    for (const method of METHODS) {
+      put($(`ans-${method}`), view.html(`ans_${method}`, index));
+      put($(`cnt-${method}`), view.html(`cnt_${method}`, index));
+    }
+    put($("txt-eagle2"), view.html("txt_eagle2", index));
+    put($("txt-ddd"), view.html("txt_ddd", index));
+    put($("narration"), view.html("narration", index));
+    plot("tree-eagle2", view.figure("tree_eagle2", index));
+    plot("tree-ddd", view.figure("tree_ddd", index));
+    plot("depth", view.figure("depth", index));
+  }
+
+  function showRace(next) {
+    stop();
+    view = next;
+    put($("info"), view.info());
+    put($("headline"), view.headline());
+    const summary = view.summary();
+    $("summary-box").hidden = summary === null;
+    if (summary !== null) put($("summary"), summary);
+    const about = view.about();
+    $("about-box").hidden = about === null;
+    if (about !== null) put($("about"), about);
+    if ($("summary-box").open) drawTimeline();
+    render(view.rounds > 1 ? 1 : 0);
+  }
+
+  function drawTimeline() {
+    const figure = view && view.timeline();
+    if (figure) plot("timeline", figure);
+  }
+
+  // ---------------------------------------------------------------------------------------------------
+  // Recorded examples: views precomputed by the app's code
+  // ---------------------------------------------------------------------------------------------------
+
+  class Recorded {
+    constructor(bundle) {
+      this.b = bundle;
+      this.rounds = bundle.rounds;
+    }
+    value(key, at) { return this.b.pool[this.b.steps[key][at]]; }
+    html(key, at) { return this.value(key, at); }
+    figure(key, at) { return JSON.parse(this.value(key, at)); }
+    info() { return this.b.info; }
+    headline() { return this.b.headline; }
+    summary() { return this.b.summary; }
+    about() { return this.b.about; }
+    timeline() { return JSON.parse(this.b.timeline); }
+  }
+
+  function base64Bytes(text) {
+    const raw = atob(text);
+    const out = new Uint8Array(raw.length);
+    for (let i = 0; i < raw.length; i++) out[i] = raw.charCodeAt(i);
+    return out;
+  }
+
+  async function gunzip(bytes, limit) {
+    const stream = new Blob([bytes]).stream().pipeThrough(new DecompressionStream("gzip"));
+    const reader = stream.getReader();
+    const chunks = [];
+    let total = 0;
+    for (;;) {
+      const {done, value} = await reader.read();
+      if (done) break;
+      total += value.length;
+      if (total > limit) {
+        await reader.cancel();
+        throw new RaceError(`it decompresses to more than ${mb(limit)} of JSON; run files may hold at most ${mb(limit)}.`);
+      }
+      chunks.push(value);
+    }
+    const out = new Uint8Array(total);
+    let at = 0;
+    for (const chunk of chunks) {
+      out.set(chunk, at);
+      at += chunk.length;
+    }
+    return out;
+  }
+
+  async function example(position) {
+    const entry = DATA.races[position];
+    if (!bundles.has(entry.key)) {
+      const bytes = await gunzip(base64Bytes(entry.data), Infinity);
+      bundles.set(entry.key, new Recorded(JSON.parse(new TextDecoder().decode(bytes))));
+    }
+    return bundles.get(entry.key);
+  }
+
+  // ---------------------------------------------------------------------------------------------------
+  // A race file from disk: read within the app's limits, checked, then drawn here
+  // ---------------------------------------------------------------------------------------------------
+
+  const mb = (n) => `${Math.round(n / 2 ** 20)} MB`;
+
+  function kindOf(value) {
+    if (value === undefined) return "missing";
+    if (value === null) return "null";
+    if (Array.isArray(value)) return "a list";
+    return {object: "an object", string: "text", boolean: "true/false", number: "a number"}[typeof value] || "something else";
+  }
+
+  function short(value) {
+    const text = value === undefined ? "missing" : JSON.stringify(value);
+    return text.length > 60 ? `${text.slice(0, 60)}…` : text;
+  }
+
+  function fail(where, problem) { throw new RaceError(`${where} ${problem}.`); }
+
+  function obj(value, where) {
+    if (value === null || typeof value !== "object" || Array.isArray(value)) fail(where, `must be an object, not ${kindOf(value)}`);
+    return value;
+  }
+
+  function list(value, where, limit) {
+    if (!Array.isArray(value)) fail(where, `must be a list, not ${kindOf(value)}`);
+    if (value.length > limit) fail(where, `has ${value.length} entries; at most ${limit} are allowed`);
+    return value;
+  }
+
+  function int(value, where, low, high) {
+    if (!Number.isInteger(value)) fail(where, `must be a whole number, not ${kindOf(value)}`);
+    if (value < low || value > high) fail(where, `is ${value}, outside ${low}..${high}`);
+    return value;
+  }
+
+  function number(value, where, low, high, log = false) {
+    if (log && value === "-Infinity") return -Infinity; // parseJSON's stand-in for Python's -Infinity
+    if (typeof value !== "number" || !Number.isFinite(value)) fail(where, `must be a finite number, not ${kindOf(value)}`);
+    if (value < low || value > high) fail(where, `is ${value}, outside ${low}..${high}`);
+    return value;
+  }
+
+  function text(value, where, limit, optional = false) {
+    if ((value === undefined || value === null) && optional) return "";
+    if (typeof value !== "string") fail(where, `must be text, not ${kindOf(value)}`);
+    if (value.length > limit) fail(where, `is ${value.length} characters long; at most ${limit} are allowed`);
+    if (typeof value.isWellFormed === "function" && !value.isWellFormed()) fail(where, "holds an invalid character (a lone surrogate)");
+    return value;
+  }
+
+  function keys(data, allowed, required, where) {
+    const missing = required.filter((name) => !Object.hasOwn(data, name));
+    if (missing.length) fail(where, `lacks the field${missing.length > 1 ? "s" : ""} ${missing.join(", ")}`);
+    const unknown = Object.keys(data).filter((name) => !allowed.includes(name));
+    if (unknown.length) fail(where, `has unexpected field${unknown.length > 1 ? "s" : ""} ${unknown.slice(0, 5).map(short).join(", ")}`);
+  }
+
+  function flag(value, where, fallback) {
+    if (value === undefined) return fallback;
+    if (typeof value !== "boolean") fail(where, `must be true or false, not ${kindOf(value)}`);
+    return value;
+  }
+
+  function declared(value, settings, where) {
+    // settings and sampling, as the app declares them (ddd/settings.py): older names renamed, each value in range
+    const renames = new Map(settings.flatMap((s) => s.old.map((old) => [old, s.name])));
+    const data = {};
+    for (const [name, item] of Object.entries(obj(value, where))) {
+      const current = renames.get(name);
+      data[current && !Object.hasOwn(value, current) ? current : name] = item;
+    }
+    keys(data, settings.map((s) => s.name), [], where);
+    for (const setting of settings) {
+      if (!Object.hasOwn(data, setting.name)) continue;
+      const item = data[setting.name];
+      const at = `${where}.${setting.name}`;
+      if (setting.kind === "calls") {
+        if (item !== "all") list(item, at, setting.high).forEach((call, i) => int(call, `${at}[${i}]`, setting.low, setting.high));
+      } else if (setting.kind === "tree") {
+        list(item, at, 4096).forEach((path, i) => list(path, `${at}[${i}]`, 4096).forEach((rank, j) => int(rank, `${at}[${i}][${j}]`, setting.low, setting.high)));
+      } else if (setting.kind === "float") {
+        number(item, at, setting.low, setting.high);
+      } else {
+        int(item, at, setting.low, setting.high);
+      }
+    }
+    return data;
+  }
+
+  function checkRace(data, source) {
+    obj(data, source);
+    let raw;
+    let title = "";
+    let note = "";
+    if (!("format" in data) && "method" in data && "steps" in data) {
+      raw = [[data.method, data]]; // a single run's file, as the app reads it too
+    } else {
+      if (data.format !== K.format) {
+        throw new RaceError(`${source} is not a DDD Explorer recorded run (its format is ${short(data.format)}, expected "${K.format}").`);
+      }
+      if (data.version !== K.version) {
+        throw new RaceError(`${source} is a recorded run of version ${short(data.version)}; this page reads version ${K.version}.`);
+      }
+      keys(data, K.fields.race, ["format", "version", "traces"], "the race");
+      title = text(data.title, "title", 2000, true);
+      note = text(data.note, "note", 2000, true);
+      raw = Object.entries(obj(data.traces, "traces"));
+      if (!raw.length) fail("traces", "is empty: a race file holds at least one run");
+    }
+    const traces = new Map();
+    const count = {nodes: 0};
+    for (const [method, trace] of raw) {
+      if (!Object.hasOwn(K.labels, method)) {
+        fail("traces", `has a run of unknown method ${short(method)}; known: ${Object.keys(K.labels).join(", ")}`);
+      }
+      traces.set(method, checkTrace(trace, `traces.${method}`, method, count));
+    }
+    return {title: title || (traces.values().next().value.prompt.slice(0, 60)), note, traces};
+  }
+
+  function checkTrace(data, where, method, count) {
+    obj(data, where);
+    if (data.schema_version !== K.schema) {
+      fail(`${where}.schema_version`, `is ${short(data.schema_version)}; this page reads trace schema version ${K.schema}`);
+    }
+    keys(data, K.fields.trace, K.fields.traceRequired, where);
+    if (!Object.hasOwn(K.labels, data.method)) fail(`${where}.method`, `is ${short(data.method)}, not one of ${Object.keys(K.labels).join(", ")}`);
+    if (data.method !== method) fail(`${where}.method`, `is ${short(data.method)} but the run is filed under ${short(method)}`);
+    const trace = {
+      method,
+      settings: declared(data.settings, K.settings[method], `${where}.settings`),
+      sampling: declared(data.sampling, K.sampling, `${where}.sampling`),
+      prompt_tokens: int(data.prompt_tokens, `${where}.prompt_tokens`, 0, 1e7),
+    };
+    for (const name of ["model", "head", "stop_reason", "precision", "device"]) {
+      trace[name] = text(data[name], `${where}.${name}`, 2000, true);
+    }
+    trace.prompt = text(data.prompt, `${where}.prompt`, K.limits.text);
+    text(data.text, `${where}.text`, K.limits.text, true);
+    if (trace.precision && !K.precisions.includes(trace.precision)) {
+      fail(`${where}.precision`, `is ${short(trace.precision)}, not one of ${K.precisions.join(", ")}`);
+    }
+    const summary = obj(data.summary === undefined ? {} : data.summary, `${where}.summary`);
+    if (Object.keys(summary).length) { // a run stopped midway has none
+      keys(summary, K.fields.summary, K.fields.summary, `${where}.summary`);
+      for (const [name, item] of Object.entries(summary)) number(item, `${where}.summary.${name}`, 0, 1e12);
+    }
+    const steps = list(data.steps, `${where}.steps`, K.limits.steps);
+    if (!steps.length) fail(`${where}.steps`, "is empty: a recorded run has at least its prefill step");
+    trace.steps = steps.map((step, position) => checkStep(step, `${where}.steps[${position}]`, position, count));
+    return trace;
+  }
+
+  function checkStep(data, where, position, count) {
+    obj(data, where);
+    keys(data, K.fields.step, ["index", "token_ids", "text", "accepted"], where);
+    list(data.confidence === undefined ? [] : data.confidence, `${where}.confidence`, 4096)
+      .forEach((value, i) => number(value, `${where}.confidence[${i}]`, -Infinity, 1e-3, true));
+    if (data.chain_end !== undefined && data.chain_end !== "" && !K.chainEnds.includes(data.chain_end)) {
+      fail(`${where}.chain_end`, `is ${short(data.chain_end)}, not one of ${K.chainEnds.join(", ")}`);
+    }
+    const tokens = list(data.token_ids, `${where}.token_ids`, 4096);
+    tokens.forEach((token, i) => int(token, `${where}.token_ids[${i}]`, 0, 2 ** 31));
+    const step = {
+      index: int(data.index, `${where}.index`, position, position),
+      token_ids: tokens,
+      text: text(data.text, `${where}.text`, 16000),
+      accepted: int(data.accepted, `${where}.accepted`, 0, tokens.length),
+      prefill: flag(data.prefill, `${where}.prefill`, false),
+      bonus_id: data.bonus_id === undefined || data.bonus_id === null ? null : int(data.bonus_id, `${where}.bonus_id`, 0, 2 ** 31),
+      bonus_text: text(data.bonus_text, `${where}.bonus_text`, 2000, true),
+    };
+    for (const name of ["draft_ms", "verify_ms", "other_ms"]) {
+      step[name] = data[name] === undefined ? 0 : number(data[name], `${where}.${name}`, 0, 1e9);
+    }
+    for (const name of ["draft_calls", "max_draft_calls"]) {
+      step[name] = data[name] === undefined ? 0 : int(data[name], `${where}.${name}`, 0, 4096);
+    }
+    step.verified = data.verified === undefined ? 0 : int(data.verified, `${where}.verified`, 0, K.limits.nodesPerStep);
+    step.checks = list(data.checks === undefined ? [] : data.checks, `${where}.checks`, 4096).map((check, i) => {
+      const at = `${where}.checks[${i}]`;
+      obj(check, at);
+      keys(check, K.fields.check, K.fields.check, at);
+      return {call: int(check.call, `${at}.call`, 1, 4096), confidence: number(check.confidence, `${at}.confidence`, -Infinity, 1e-3, true),
+        stop: flag(check.stop, `${at}.stop`, undefined) ?? fail(`${at}.stop`, "must be true or false, not missing")};
+    });
+    const pool = list(data.pool === undefined ? [] : data.pool, `${where}.pool`, K.limits.nodesPerStep);
+    count.nodes += pool.length;
+    if (count.nodes > K.limits.nodes) fail(where, `brings the file past ${K.limits.nodes} draft nodes in all`);
+    step.pool = checkPool(pool, `${where}.pool`);
+    const byIndex = new Map(step.pool.map((n) => [n.index, n]));
+    const path = list(data.accepted_path === undefined ? [] : data.accepted_path, `${where}.accepted_path`, 4096);
+    if (!step.pool.length && path.length) fail(`${where}.accepted_path`, "lists nodes but the step has no draft pool");
+    path.forEach((node, i) => {
+      int(node, `${where}.accepted_path[${i}]`, 0, 2 ** 31);
+      if (!byIndex.has(node)) fail(`${where}.accepted_path[${i}]`, `is ${node}, not a node of the pool`);
+      if (byIndex.get(node).parent !== (i ? path[i - 1] : -1)) fail(`${where}.accepted_path`, "is not a path from the root down the tree");
+    });
+    if (step.pool.length && step.accepted > Math.max(path.length - 1, 0)) {
+      fail(`${where}.accepted`, `is ${step.accepted} but the accepted path holds only ${Math.max(path.length - 1, 0)} draft tokens`);
+    }
+    step.accepted_path = path;
+    return step;
+  }
+
+  function checkPool(pool, where) {
+    // A tree listed parents first: the layout walks parent links, so a cycle or a missing parent is refused.
+    const depths = new Map();
+    return pool.map((data, position) => {
+      const at = `${where}[${position}]`;
+      obj(data, at);
+      keys(data, K.fields.node, K.fields.node, at);
+      const node = {
+        index: int(data.index, `${at}.index`, 0, 2 ** 31),
+        parent: int(data.parent, `${at}.parent`, -1, 2 ** 31),
+        depth: int(data.depth, `${at}.depth`, 0, 4096),
+        status: data.status,
+        token_id: int(data.token_id, `${at}.token_id`, 0, 2 ** 31),
+        text: text(data.text, `${at}.text`, 2000),
+        logprob: number(data.logprob, `${at}.logprob`, -Infinity, 1e-3, true),
+        score: number(data.score, `${at}.score`, -Infinity, 1e-3, true),
+        rank: int(data.rank, `${at}.rank`, 0, 2 ** 31),
+        in_beam: flag(data.in_beam, `${at}.in_beam`, false),
+      };
+      if (!K.statuses.includes(node.status)) fail(`${at}.status`, `is ${short(node.status)}, not one of ${K.statuses.join(", ")}`);
+      if (depths.has(node.index)) fail(`${at}.index`, `repeats node ${node.index}: every node of a pool needs its own index`);
+      if (position === 0) {
+        if (node.parent !== -1 || node.status !== "root" || node.depth !== 0) fail(at, "must be the root (status 'root', parent -1, depth 0)");
+      } else {
+        if (node.status === "root") fail(`${at}.status`, "is 'root' but only the first node is the root");
+        if (!depths.has(node.parent)) fail(`${at}.parent`, `${node.parent} is not listed before this node: the pool must be a tree with every parent listed before its children`);
+        if (node.depth !== depths.get(node.parent) + 1) fail(`${at}.depth`, `is ${node.depth} but its parent's is ${depths.get(node.parent)}`);
+      }
+      depths.set(node.index, node.depth);
+      return node;
+    });
+  }
+
+  function parseJSON(source) {
+    try {
+      return JSON.parse(source);
+    } catch (first) {
+      if (!/NaN|Infinity/.test(source)) throw first;
+      // Python's json writes -Infinity (a log-probability of zero), Infinity and NaN, which JSON.parse refuses:
+      // outside strings they become "-Infinity" (read back by number()) and null (refused where a number belongs).
+      const out = [];
+      let start = 0;
+      let inString = false;
+      for (let i = 0; i < source.length; i++) {
+        const c = source.charCodeAt(i);
+        if (inString) {
+          if (c === 92) i++;
+          else if (c === 34) inString = false;
+          continue;
+        }
+        if (c === 34) {
+          inString = true;
+          continue;
+        }
+        const word = ["-Infinity", "Infinity", "NaN"].find((w) => source.startsWith(w, i));
+        if (word) {
+          out.push(source.slice(start, i), word === "-Infinity" ? '"-Infinity"' : "null");
+          i += word.length - 1;
+          start = i + 1;
+        }
+      }
+      out.push(source.slice(start));
+      return JSON.parse(out.join(""));
+    }
+  }
+
+  async function readRaceFile(file) {
+    if (file.size > K.limits.fileBytes) {
+      throw new RaceError(`${file.name} is ${(file.size / 2 ** 20).toFixed(1)} MB; run files may be at most ${mb(K.limits.fileBytes)}.`);
+    }
+    let bytes = new Uint8Array(await file.arrayBuffer());
+    if (bytes[0] === 0x1f && bytes[1] === 0x8b) {
+      try {
+        bytes = await gunzip(bytes, K.limits.jsonBytes);
+      } catch (err) {
+        if (err instanceof RaceError) throw new RaceError(`${file.name}: ${err.message}`);
+        throw new RaceError(`${file.name} looks gzipped but cannot be decompressed.`);
+      }
+    } else if (bytes.length > K.limits.jsonBytes) {
+      throw new RaceError(`${file.name} holds more than ${mb(K.limits.jsonBytes)} of JSON.`);
+    }
+    let source;
+    try {
+      source = new TextDecoder("utf-8", {fatal: true, ignoreBOM: false}).decode(bytes);
+    } catch (err) {
+      throw new RaceError(`${file.name} is not a readable JSON file: it is not UTF-8 text.`);
+    }
+    let data;
+    try {
+      data = parseJSON(source);
+    } catch (err) {
+      throw new RaceError(`${file.name} is not a readable JSON file: ${err.message}.`);
+    }
+    return checkRace(data, file.name);
+  }
+
+  // ---------------------------------------------------------------------------------------------------
+  // The views of a loaded file, drawn here (simpler than the app's: see README, Deploy)
+  // ---------------------------------------------------------------------------------------------------
+
+  const SHOWN = {" ": "␣", "\n": "↵", "\t": "⇥", "\r": "␍"};
+  const visible = (s) => (s === "" ? "∅" : Array.from(s, (ch) => SHOWN[ch]
+    || (ch.charCodeAt(0) < 32 || ch.charCodeAt(0) === 127 ? `\\x${ch.charCodeAt(0).toString(16).padStart(2, "0")}` : ch)).join(""));
+  // plotly draws a subset of HTML in labels and hover texts: token text goes in escaped
+  const plotText = (s) => s.replace(/&/g, "&amp;").replace(/</g, "&lt;").replace(/>/g, "&gt;");
+  const quoted = (s) => `'${visible(s)}'`;
+  const plural = (n, word) => `${n} ${n === 1 ? word : `${word}s`}`;
+  const label = (method) => K.labels[method] || method;
+  const sum = (xs) => xs.reduce((a, b) => a + b, 0);
+  const stepMs = (s) => s.draft_ms + s.verify_ms + s.other_ms;
+  const score = (n) => (Number.isFinite(n.score) ? n.score : -Infinity);
+
+  function sourceName(source) {
+    // a model or head as components.views.source_name shows it: the shipped head by that name, a local
+    // directory by its own name only
+    if (!source) return "none";
+    const parts = source.split("/").filter(Boolean);
+    if (parts.slice(-2).join("/") === "assets/head") return "shipped head";
+    return source.startsWith("/") ? parts[parts.length - 1] || source : source;
+  }
+
+  function el(tag, className, content) {
+    const element = document.createElement(tag);
+    if (className) element.className = className;
+    if (content !== undefined) element.textContent = content;
+    return element;
+  }
+
+  function splitStep(step) {
+    if (!step.text) return [];
+    if (step.accepted <= 0 || !step.pool.length) return [["target", step.text]];
+    const nodes = new Map(step.pool.map((n) => [n.index, n]));
+    const drafted = step.accepted_path.slice(1, 1 + step.accepted).map((i) => (nodes.has(i) ? nodes.get(i).text : "")).join("");
+    if (drafted && step.text.startsWith(drafted)) {
+      const rest = step.text.slice(drafted.length);
+      return rest ? [["draft", drafted], ["target", rest]] : [["draft", drafted]];
+    }
+    return [["draft", step.text]];
+  }
+
+  function answerNode(trace, at, column) {
+    const box = el("div", "answer");
+    if (!trace) {
+      box.className = "answer empty";
+      box.textContent = column ? "(not run)" : "(no run)";
+      return box;
+    }
+    const last = trace.steps.length - 1;
+    const upto = Math.min(at, last);
+    const current = column ? (at <= last ? at : null) : upto;
+    const speculative = trace.method !== "plain";
+    for (const step of trace.steps.slice(0, upto + 1)) {
+      const isCurrent = step.index === current;
+      const pieces = splitStep(step);
+      if (!pieces.length && !isCurrent) continue;
+      const span = el("span", isCurrent ? "step cur" : "step");
+      span.title = `step ${step.index}`;
+      if (!pieces.length) span.textContent = "·";
+      for (const [kind, piece] of pieces) span.append(el("span", speculative ? `tok-${kind}` : "tok-plain", piece));
+      box.append(span);
+    }
+    if (column && at < last) box.append(el("span", "cursor", "▍"));
+    return box;
+  }
+
+  function counts(steps) {
+    const decode = steps.filter((s) => !s.prefill);
+    const decodeTokens = sum(decode.map((s) => s.token_ids.length));
+    const totalMs = sum(steps.map(stepMs));
+    const tokens = sum(steps.map((s) => s.token_ids.length));
+    return {tokens, totalMs, forwards: steps.length, tau: decode.length ? decodeTokens / decode.length : 0,
+      rate: totalMs > 0 ? tokens / (totalMs / 1000) : 0};
+  }
+
+  function countersNode(method, trace, at) {
+    const box = el("div", "counters");
+    box.append(el("b", "", label(method)), " ");
+    if (!trace) {
+      box.append(el("span", "status", "not run"));
+      return box;
+    }
+    const c = counts(trace.steps.slice(0, at + 1));
+    const items = [["tokens", String(c.tokens)], ["tokens/s", c.rate.toFixed(1)], ["target forwards", String(c.forwards)],
+      ["tau", method === "plain" ? "1.00" : c.tau.toFixed(2)], ["elapsed", `${(c.totalMs / 1000).toFixed(2)} s`]];
+    for (const [k, v] of items) {
+      const badge = el("span", "badge");
+      badge.append(el("span", "k", k), " ", el("span", "v", v));
+      box.append(badge);
+    }
+    const done = at >= trace.steps.length - 1 && trace.stop_reason;
+    box.append(el("span", "status", done ? `done: ${trace.stop_reason}` : ""));
+    return box;
+  }
+
+  function messageFigure(title, words, height) {
+    return {data: [], layout: {title: {text: plotText(title), font: {size: 14}}, height, paper_bgcolor: "white", plot_bgcolor: "white",
+      xaxis: {visible: false}, yaxis: {visible: false}, margin: {l: 10, r: 10, t: 40, b: 10},
+      annotations: [{text: words, x: 0.5, y: 0.5, xref: "paper", yref: "paper", showarrow: false, font: {size: 13, color: "#475569"}}]}};
+  }
+
+  function shownNodes(pool, dropped) {
+    const keep = new Set();
+    const byDepth = new Map();
+    for (const n of pool) {
+      if (n.status !== "pruned") keep.add(n.index);
+      else {
+        if (!byDepth.has(n.depth)) byDepth.set(n.depth, []);
+        byDepth.get(n.depth).push(n);
+      }
+    }
+    for (const group of byDepth.values()) {
+      group.sort((a, b) => score(b) - score(a));
+      group.slice(0, dropped).forEach((n) => keep.add(n.index));
+    }
+    const parents = new Map(pool.map((n) => [n.index, n.parent]));
+    for (const start of [...keep]) {
+      let parent = parents.has(start) ? parents.get(start) : -1;
+      while (parent >= 0 && !keep.has(parent)) {
+        keep.add(parent);
+        parent = parents.has(parent) ? parents.get(parent) : -1;
+      }
+    }
+    return keep;
+  }
+
+  function treeFigure(trace, at) {
+    const name = trace ? label(trace.method) : "Draft";
+    if (!trace) return messageFigure(`${name} draft tree`, "No run of this method in the file.", 480);
+    const step = trace.steps[Math.min(at, trace.steps.length - 1)];
+    const head = `${name} · step ${step.index}`;
+    if (step.prefill) return messageFigure(head, "Prefill: the target read the prompt and produced the first token.<br>No draft tree in this step.", 480);
+    if (!step.pool.length) return messageFigure(head, "This step was not recorded with its draft tree.", 480);
+    const width = Number(trace.settings.beam_width) || 10;
+    const keep = shownNodes(step.pool, Math.min(width, K.droppedShown));
+    const onPath = new Set(step.accepted_path);
+    const nodes = new Map();
+    for (const n of step.pool) if (keep.has(n.index)) nodes.set(n.index, Object.assign({children: [], onPath: onPath.has(n.index)}, n));
+    for (const n of nodes.values()) if (nodes.has(n.parent)) nodes.get(n.parent).children.push(n);
+    // x = draft level; within a level, depth-first order with siblings by draft rank (as the app lays it out)
+    const columns = new Map();
+    const stack = [step.pool[0].index];
+    while (stack.length) {
+      const node = nodes.get(stack.pop());
+      if (!columns.has(node.depth)) columns.set(node.depth, []);
+      columns.get(node.depth).push(node);
+      const children = node.children.slice().sort((a, b) => (b.rank - a.rank) || (score(b) - score(a)));
+      stack.push(...children.map((c) => c.index));
+    }
+    const pos = new Map();
+    for (const [depth, level] of columns) level.forEach((n, i) => pos.set(n.index, [depth, 1 - 2 * (i + 0.5) / level.length]));
+    const edges = [];
+    for (const n of nodes.values()) {
+      if (nodes.has(n.parent)) edges.push([pos.get(n.parent), pos.get(n.index), n.onPath && nodes.get(n.parent).onPath]);
+    }
+    let bonus = null;
+    if (step.bonus_id !== null) {
+      const last = step.accepted_path.length ? step.accepted_path[step.accepted_path.length - 1] : step.pool[0].index;
+      if (pos.has(last)) {
+        const [x, y] = pos.get(last);
+        bonus = {x: x + 0.5, y, text: step.bonus_text};
+        edges.push([[x, y], [x + 0.5, y], true]);
+      }
+    }
+    const levels = Math.max(step.draft_calls, ...[...nodes.values()].map((n) => n.depth));
+    const ghost = step.max_draft_calls > step.draft_calls;
+    const perLevel = new Map();
+    for (const [x] of pos.values()) perLevel.set(x, (perLevel.get(x) || 0) + 1);
+    const height = Math.round(Math.min(Math.max(14 * Math.max(...perLevel.values()) + 150, 440), 900));
+    const data = [];
+    for (const accepted of [false, true]) {
+      const xs = [];
+      const ys = [];
+      for (const [[x0, y0], [x1, y1], ok] of edges) {
+        if (ok !== accepted) continue;
+        xs.push(x0, x1, null);
+        ys.push(y0, y1, null);
+      }
+      if (xs.length) {
+        data.push({type: "scatter", x: xs, y: ys, mode: "lines", hoverinfo: "skip", showlegend: false,
+          line: {color: accepted ? K.colors.accepted : "rgba(100,116,139,0.35)", width: accepted ? 3 : 1}});
+      }
+    }
+    const cut = (s, limit) => {
+      const shown = visible(s);
+      return plotText(shown.length <= limit ? shown : `${shown.slice(0, limit - 1)}…`);
+    };
+    for (const status of ["pruned", "rejected", "root", "accepted"]) {
+      const group = [...nodes.values()].filter((n) => n.status === status);
+      if (!group.length) continue;
+      const always = status !== "pruned" && status !== "rejected";
+      data.push({type: "scatter", meta: status, mode: "markers+text", x: group.map((n) => pos.get(n.index)[0]),
+        y: group.map((n) => pos.get(n.index)[1]),
+        text: group.map((n) => (always || perLevel.get(pos.get(n.index)[0]) <= 22 ? cut(n.text, always ? 14 : 6) : "")),
+        textposition: K.labelPositions[status] || "middle right",
+        textfont: {size: always ? 12 : 10, color: status === "pruned" ? "#64748b" : "#0f172a"},
+        marker: {color: K.colors[status], size: always ? 12 : 8, symbol: status === "pruned" ? "circle-open" : "circle",
+          line: {width: status === "pruned" ? 1.5 : 0.5, color: status === "pruned" ? K.colors[status] : "white"}},
+        hovertext: group.map((n) => `<b>${plotText(visible(n.text))}</b><br>token id ${n.token_id}<br>${K.statusNames[status]}`
+          + (n.status === "root" ? "" : `<br>draft probability ${Math.exp(n.logprob).toFixed(3)}<br>cumulative score ${n.score.toFixed(2)}<br>rank ${n.rank} among its siblings`)),
+        hoverinfo: "text", name: `${K.statusNames[status]} (${group.length})`});
+    }
+    if (bonus) {
+      data.push({type: "scatter", meta: "bonus", mode: "markers+text", x: [bonus.x], y: [bonus.y], text: [cut(bonus.text, 14)],
+        textposition: K.labelPositions.bonus, textfont: {size: 12, color: "#0f172a"},
+        marker: {color: K.colors.bonus, size: 15, symbol: "star", line: {width: 0.5, color: "white"}},
+        hovertext: [`<b>${plotText(visible(bonus.text))}</b><br>bonus token: chosen by the target itself`], hoverinfo: "text",
+        name: `${K.statusNames.bonus} (1)`});
+    }
+    const shapes = [];
+    for (let level = 1; level <= levels; level++) {
+      shapes.push({type: "rect", xref: "x", yref: "paper", x0: level - 0.5, x1: level + 0.5, y0: 0, y1: 1,
+        fillcolor: K.bandColors[level % 2], line: {width: 0}, layer: "below"});
+    }
+    const notes = [];
+    if (ghost) {
+      const band = levels + 0.55;
+      shapes.push({type: "rect", xref: "x", yref: "paper", x0: band, x1: band + 0.6, y0: 0, y1: 1, fillcolor: K.ghostColor,
+        line: {width: 1, color: K.ghostLine, dash: "dot"}, layer: "below"});
+      notes.push({x: band + 0.3, y: 0.5, xref: "x", yref: "paper", textangle: -90, showarrow: false,
+        text: step.max_draft_calls === step.draft_calls + 1 ? `level ${step.max_draft_calls} not drafted`
+          : `levels ${step.draft_calls + 1}–${step.max_draft_calls} not drafted`, font: {size: 11, color: "rgba(109,40,217,0.8)"}});
+    }
+    const checks = step.checks.slice().sort((a, b) => a.call - b.call);
+    if (checks.length) {
+      notes.push({x: 0, y: 1.0, xref: "x", yref: "paper", yanchor: "bottom", showarrow: false, text: "H:", font: {size: 10, color: "#475569"}});
+      checks.forEach((check, row) => notes.push({x: check.call, y: 1.0 + 0.04 * (row % 3), xref: "x", yref: "paper", yanchor: "bottom",
+        showarrow: false, text: `${check.confidence.toFixed(2)}${check.stop ? " stop" : ""}`,
+        font: {size: 10, color: check.stop ? "#dc2626" : "#15803d"}}));
+    }
+    const ticks = Array.from({length: levels + 1}, (_, i) => i);
+    return {data, layout: {
+      title: {text: `${plotText(head)} · ${plural(step.draft_calls, "draft call")} · ${step.accepted} accepted`, font: {size: 14}},
+      height, shapes, annotations: notes, margin: {l: 10, r: 10, t: checks.length ? 90 : 50, b: 40}, hovermode: "closest",
+      paper_bgcolor: "white", plot_bgcolor: "white", font: {family: "Inter, system-ui, sans-serif", size: 12, color: "#0f172a"},
+      legend: {orientation: "h", y: -0.08, x: 0, font: {size: 10}},
+      xaxis: {range: [-1.0, levels + (ghost ? 1.3 : 0.7)], tickmode: "array", tickvals: ticks,
+        ticktext: ticks.map((i) => (i ? String(i) : "root")), showgrid: false, zeroline: false},
+      yaxis: {visible: false, range: [-1.08, 1.08]}, uirevision: `tree-${trace.method}`}};
+  }
+
+  function depthFigure(race, current) {
+    const decode = (m) => (race.traces.has(m) ? race.traces.get(m).steps.filter((s) => !s.prefill) : []);
+    if (!decode("eagle2").length && !decode("ddd").length) {
+      return messageFigure("Depth & confidence", "This file has no EAGLE-2 or DDD run to show depth and confidence for.", 600);
+    }
+    const data = [];
+    const shapes = [];
+    const notes = [];
+    for (const method of ["eagle2", "ddd"]) {
+      const steps = decode(method);
+      if (!steps.length) continue;
+      const color = K.methodColors[method];
+      data.push({type: "scatter", x: steps.map((s) => s.index), y: steps.map((s) => s.draft_calls), name: `${label(method)} depth`,
+        mode: method === "ddd" ? "lines+markers" : "lines", legendgroup: method, marker: {size: 6},
+        line: {color, shape: method === "eagle2" ? "hv" : "linear", width: method === "ddd" ? 2 : 3},
+        hovertemplate: `${label(method)} step %{x}: %{y} draft calls<extra></extra>`});
+      data.push({type: "bar", x: steps.map((s) => s.index), y: steps.map((s) => s.accepted), name: `${label(method)} accepted`,
+        marker: {color}, opacity: 0.75, legendgroup: method, xaxis: "x3", yaxis: "y3",
+        hovertemplate: `${label(method)} step %{x}: %{y} draft tokens accepted<extra></extra>`});
+    }
+    const ddd = decode("ddd");
+    if (ddd.length) {
+      const limit = Math.max(...ddd.map((s) => s.max_draft_calls));
+      shapes.push({type: "line", xref: "x domain", yref: "y", x0: 0, x1: 1, y0: limit, y1: limit, line: {color: "#a78bfa", dash: "dot", width: 1}});
+      notes.push({xref: "x domain", yref: "y", x: 0, y: limit, yanchor: "bottom", xanchor: "left", showarrow: false,
+        text: `DDD max ${limit}`, font: {size: 10, color: "#7c3aed"}});
+      for (const stop of [false, true]) {
+        const points = ddd.flatMap((s) => s.checks.filter((c) => c.stop === stop && Number.isFinite(c.confidence)).map((c) => [s.index, c]));
+        if (!points.length) continue;
+        data.push({type: "scatter", x: points.map(([i]) => i), y: points.map(([, c]) => c.confidence), mode: "markers",
+          name: stop ? "H → stop" : "H → go deeper", xaxis: "x2", yaxis: "y2",
+          marker: {color: stop ? "#dc2626" : "#16a34a", size: 8, symbol: stop ? "x" : "circle"},
+          hovertext: points.map(([i, c]) => `step ${i}, after draft call ${c.call}: H = ${c.confidence.toFixed(3)} → ${stop ? "stop" : "draft deeper"}`),
+          hoverinfo: "text"});
+      }
+      const threshold = race.traces.get("ddd").settings.threshold;
+      if (typeof threshold === "number") {
+        const xs = ddd.map((s) => s.index);
+        data.push({type: "scatter", x: [Math.min(...xs), Math.max(...xs)], y: [threshold, threshold], mode: "lines",
+          name: `threshold ${threshold}`, xaxis: "x2", yaxis: "y2", line: {color: "#dc2626", dash: "dash", width: 1.5}, hoverinfo: "skip"});
+      }
+    }
+    shapes.push({type: "line", xref: "x", yref: "paper", x0: current, x1: current, y0: 0, y1: 1, line: {color: "#f59e0b", width: 2}});
+    const domains = [["", [0.66, 1.0], "draft calls per step (tree depth)", "calls"], ["2", [0.31, 0.59], "DDD confidence H at each check", "H"],
+      ["3", [0.0, 0.22], "draft tokens accepted per step (each step also adds one bonus token)", "accepted"]];
+    const layout = {height: 600, barmode: "group", margin: {l: 50, r: 10, t: 60, b: 90}, hovermode: "closest",
+      paper_bgcolor: "white", plot_bgcolor: "white", font: {family: "Inter, system-ui, sans-serif", size: 12, color: "#0f172a"},
+      legend: {orientation: "h", y: -0.2, yanchor: "top", x: 0, font: {size: 10}}, shapes, annotations: notes, uirevision: "depth"};
+    for (const [suffix, [low, high], title, axis] of domains) {
+      notes.push({text: title, xref: "paper", yref: "paper", x: 0, y: high, xanchor: "left", yanchor: "bottom", showarrow: false, font: {size: 12}});
+      layout[`xaxis${suffix}`] = Object.assign({anchor: `y${suffix}`, showticklabels: suffix === "3"},
+        suffix ? {matches: "x"} : {}, suffix === "3" ? {title: {text: "step"}} : {});
+      layout[`yaxis${suffix}`] = {anchor: `x${suffix}`, domain: [low, high], title: {text: axis}, rangemode: suffix !== "2" ? "tozero" : "normal"};
+    }
+    return {data, layout};
+  }
+
+  function narrationNode(race, at) {
+    const box = document.createDocumentFragment();
+    for (const method of ["eagle2", "ddd"]) {
+      if (!race.traces.has(method)) continue;
+      const trace = race.traces.get(method);
+      const step = trace.steps[Math.min(at, trace.steps.length - 1)];
+      const p = el("p");
+      if (at >= trace.steps.length) p.append(el("i", "", `${label(method)} had already finished; its last step: `));
+      const ms = (x) => `${x.toFixed(0)} ms`;
+      if (step.prefill) {
+        p.append(el("b", "", "Step 0 — prefill."), ` The target read the ${plural(trace.prompt_tokens, "prompt token")} in one forward pass `
+          + `(${ms(stepMs(step))}) and produced ${step.text ? quoted(step.text) : "its first token"}.`);
+      } else if (!step.draft_calls) {
+        p.append(el("b", "", `Step ${step.index} — ${label(method)}.`), ` One target forward (${ms(stepMs(step))}) produced ${quoted(step.text)}.`);
+      } else {
+        const nodes = new Map(step.pool.map((n) => [n.index, n]));
+        const accepted = step.accepted_path.slice(1, 1 + step.accepted).map((i) => quoted(nodes.get(i).text));
+        const listed = accepted.slice(0, 5).join(", ") + (accepted.length > 5 ? ` and ${accepted.length - 5} more` : "");
+        const bonus = step.bonus_id !== null ? quoted(step.bonus_text) : "a token of its own";
+        let words = ` The draft head built ${plural(step.draft_calls, "level")} (${ms(step.draft_ms)}); the target checked `
+          + `${Math.max(step.verified - 1, 0)} candidates in one forward pass (${ms(step.verify_ms)}) and accepted `
+          + `${plural(step.accepted, "draft token")}${accepted.length ? ` (${listed})` : ""}, then added ${bonus} itself (the bonus token).`;
+        if (method === "ddd" && step.checks.length) {
+          const threshold = trace.settings.threshold;
+          words += ` DDD checked its confidence after ${step.checks.map((c) => `call ${c.call}: H = ${c.confidence.toFixed(2)}${c.stop ? " (stop)" : ""}`).join(", ")}`
+            + `${typeof threshold === "number" ? ` against the threshold ${threshold}` : ""}; it drafted ${step.draft_calls} of at most ${step.max_draft_calls} levels.`;
+        }
+        const tokens = step.token_ids.length;
+        words += ` Time: ${ms(stepMs(step))} for ${plural(tokens, "token")}.`;
+        p.append(el("b", "", `Step ${step.index} — ${label(method)}.`), words);
+      }
+      box.append(p);
+    }
+    if (!box.childNodes.length) box.append(el("p", "", "This file has no EAGLE-2 or DDD run to narrate."));
+    return box;
+  }
+
+  class Loaded {
+    constructor(race, name) {
+      this.race = race;
+      this.name = name;
+      this.rounds = Math.max(...[...race.traces.values()].map((t) => t.steps.length));
+    }
+    html(key, at) {
+      const [kind, method] = key.split("_");
+      if (key === "narration") return narrationNode(this.race, at);
+      const trace = this.race.traces.get(method);
+      if (kind === "cnt") return countersNode(method, trace, at);
+      return answerNode(trace, at, kind === "ans");
+    }
+    figure(key, at) {
+      if (key === "depth") return depthFigure(this.race, at);
+      return treeFigure(this.race.traces.get(key.split("_")[1]), at);
+    }
+    info() {
+      const box = document.createDocumentFragment();
+      const traces = this.race.traces;
+      const first = traces.get("ddd") || traces.get("eagle2") || traces.values().next().value;
+      const sampling = first.sampling;
+      box.append(el("b", "", `Loaded file ${this.name}`), ` · ${this.race.title ? `${this.race.title} · ` : ""}Prompt: “${first.prompt.slice(0, 300)}”`,
+        el("br"), `Model ${sourceName(first.model)} (${first.precision || "float32"}, ${first.device || "cpu"}), head: ${sourceName(first.head)}, `
+          + `${sampling.temperature ? `sampling (temperature ${sampling.temperature}, top-p ${sampling.top_p}, seed ${sampling.seed})` : "greedy"}.`);
+      for (const method of ["eagle2", "ddd"]) {
+        const trace = this.race.traces.get(method);
+        if (trace) box.append(el("br"), `${label(method)}: ${Object.entries(trace.settings).map(([k, v]) => `${k} ${v}`).join(", ")}.`);
+      }
+      if (this.race.note) box.append(el("br"), this.race.note);
+      return box;
+    }
+    headline() {
+      const box = el("div", "headline tie");
+      const rates = [...this.race.traces.entries()].map(([m, t]) => [m, counts(t.steps).rate]);
+      const plain = rates.find(([m]) => m === "plain");
+      box.append(el("b", "", "Recorded speed: " + rates.map(([m, r]) => `${label(m)} ${r.toFixed(1)} tokens/s`
+        + (plain && m !== "plain" && plain[1] > 0 ? ` (${(r / plain[1]).toFixed(2)}× plain)` : "")).join(" · ")));
+      box.append(el("div", "why", "Tokens per second over each whole run, prefill included. The app's headline also "
+        + "tells whether a difference is more than the race's own noise; open the file in the app for it."));
+      return box;
+    }
+    summary() { return null; }
+    about() { return null; }
+    timeline() { return null; }
+  }
+
+  // ---------------------------------------------------------------------------------------------------
+  // Controls
+  // ---------------------------------------------------------------------------------------------------
+
+  function stop() {
+    if (timer !== null) clearInterval(timer);
+    timer = null;
+    $("play").textContent = "▶ Play";
+  }
+
+  function play() {
+    if (timer !== null) return stop();
+    if (!view) return undefined;
+    if (index >= view.rounds - 1) render(0);
+    $("play").textContent = "❚❚ Pause";
+    timer = setInterval(() => {
+      if (index >= view.rounds - 1) stop();
+      else render(index + 1);
+    }, PLAY_MS);
+    return undefined;
+  }
+
+  async function choose(value) {
+    message("");
+    try {
+      showRace(value === "file" ? loadedView : await example(Number(value)));
+    } catch (err) {
+      message(`Could not show that race: ${err.message}`);
+      console.warn(err);
+    }
+  }
+
+  async function upload(file) {
+    if (!file) return;
+    try {
+      const race = await readRaceFile(file);
+      loadedView = new Loaded(race, file.name);
+      let option = $("example").querySelector("option[value=file]");
+      if (!option) {
+        option = el("option");
+        option.value = "file";
+        $("example").prepend(option);
+      }
+      option.textContent = `Loaded file: ${file.name}`;
+      $("example").value = "file";
+      message("");
+      showRace(loadedView);
+    } catch (err) {
+      message(`Could not load that file: ${err instanceof RaceError ? err.message : `it cannot be read (${err.message}).`}`);
+      if (!(err instanceof RaceError)) console.warn(err);
+    } finally {
+      $("upload").value = "";
+    }
+  }
+
+  function start() {
+    const menu = $("example");
+    DATA.races.forEach((race, position) => {
+      const option = el("option", "", race.title);
+      option.value = String(position);
+      menu.append(option);
+    });
+    menu.addEventListener("change", () => choose(menu.value));
+    $("upload").addEventListener("change", (event) => upload(event.target.files[0]));
+    $("shade").addEventListener("change", (event) => document.body.classList.toggle("noshade", !event.target.checked));
+    $("first").addEventListener("click", () => { stop(); render(0); });
+    $("prev").addEventListener("click", () => { stop(); render(index - 1); });
+    $("next").addEventListener("click", () => { stop(); render(index + 1); });
+    $("last").addEventListener("click", () => { stop(); render(view ? view.rounds - 1 : 0); });
+    $("play").addEventListener("click", play);
+    $("slider").addEventListener("input", (event) => { stop(); render(event.target.value); });
+    $("summary-box").addEventListener("toggle", () => { if ($("summary-box").open) drawTimeline(); });
+    document.addEventListener("keydown", (event) => {
+      if (event.target.closest("input, select, textarea") || !view) return;
+      if (event.key === "ArrowRight") render(index + 1);
+      else if (event.key === "ArrowLeft") render(index - 1);
+    });
+    if (!("DecompressionStream" in window)) {
+      message("This browser cannot decompress the recorded races (it lacks DecompressionStream): use a current browser.");
+      return;
+    }
+    if (!hasPlotly) message("plotly.min.js did not load: keep it beside index.html. The texts still show; the figures cannot.");
+    if (DATA.races.length) choose("0");
+    else message("This page holds no recorded races: load a run file.");
+  }
+
+  start();
+})();

@@ -1,0 +1,167 @@
+"""The static Space's page in a real browser: opened from disk (file://) with the network off, it shows every
+shipped example, steps forward and back, plays, reads a race file from disk and refuses bad ones with a
+message, all without a console error or a request leaving the page. A screenshot goes to out/static-page.png.
+"""
+from __future__ import annotations
+
+import gzip
+import json
+import time
+from pathlib import Path
+
+import pytest
+
+from components import load_race
+from explorer.deploy import export_space
+from tests.bad_inputs import FILE_CASES, PAYLOADS, evil_race
+from tests.test_browser import CHROMIUM, INJECTED, OUT, Browser, plotly_traces, text_of, upload
+
+ROOT = Path(__file__).resolve().parents[1]
+EXAMPLES = sorted((ROOT / "assets" / "examples").glob("*.json"))
+
+pytestmark = [pytest.mark.slow,
+              pytest.mark.skipif(not CHROMIUM.exists(), reason="needs Debian's chromium at /usr/bin/chromium")]
+
+# The page checks a loaded file as the app does (components/runfile.py) but for one thing: whether its settings
+# are possible together (a DDD check after its maximum of draft calls); such a file shows as it is.
+SHOWN_ANYWAY = {"check-steps-too-deep"}
+
+
+class RecordingBrowser(Browser):
+    """The project's DevTools client, keeping the events it reads past (console, exceptions, requests)."""
+
+    def __init__(self, user_dir: Path):
+        super().__init__(user_dir)
+        self.events: list[dict] = []
+
+    def _read_message(self, timeout: float) -> dict | None:
+        message = super()._read_message(timeout)
+        if message and "method" in message:
+            self.events.append(message)
+        return message
+
+    def problems(self) -> list[str]:
+        found = []
+        for event in self.events:
+            method, params = event["method"], event.get("params", {})
+            if method == "Runtime.exceptionThrown":
+                found.append(json.dumps(params.get("exceptionDetails", {}))[:400])
+            elif method == "Runtime.consoleAPICalled" and params.get("type") in ("error", "assert"):
+                found.append(json.dumps(params.get("args", []))[:400])
+            elif method == "Log.entryAdded" and params.get("entry", {}).get("level") == "error":
+                found.append(params["entry"].get("text", "")[:400])
+        return found
+
+    def requests(self) -> list[str]:
+        return [e["params"]["request"]["url"] for e in self.events if e["method"] == "Network.requestWillBeSent"]
+
+
+@pytest.fixture(scope="module")
+def page(tmp_path_factory):
+    folder = export_space("static", tmp_path_factory.mktemp("static") / "space")
+    browser = RecordingBrowser(tmp_path_factory.mktemp("chromium-profile"))
+    try:
+        browser.open("about:blank")
+        for domain in ("Runtime", "Log", "Network"):
+            browser.send(f"{domain}.enable")
+        browser.send("Network.emulateNetworkConditions", {"offline": True, "latency": 0, "downloadThroughput": -1,
+                                                          "uploadThroughput": -1})
+        browser.send("Page.navigate", {"url": (folder / "index.html").as_uri()})
+        browser.wait_for(f"{plotly_traces('tree-ddd')} > 0", 60, "the first example's DDD tree")
+        yield browser
+    finally:
+        browser.close()
+
+
+def shown_step(browser) -> str:
+    return browser.js(text_of("step-label"))
+
+
+def tree_title(elem_id: str) -> str:
+    return f"(document.querySelector('#{elem_id} .gtitle')?.textContent || '')"
+
+
+def choose(browser, value: str) -> None:
+    browser.js(f"(() => {{ const s = document.querySelector('#example'); s.value = {json.dumps(value)};"
+               " s.dispatchEvent(new Event('change')); })()")
+
+
+def test_every_example_shows_with_its_trees_text_and_narration(page):
+    titles = page.js("[...document.querySelectorAll('#example option')].map(o => o.textContent)")
+    assert titles == [load_race(p).title for p in EXAMPLES]
+    for position, title in enumerate(titles):
+        choose(page, str(position))
+        page.wait_for(f"{text_of('info')}.includes({json.dumps(title)})", 30, f"the example {title!r}")
+        page.wait_for(f"{text_of('narration')}.includes('Step 1')", 30, "step 1's narration")
+        assert page.js(f"{plotly_traces('tree-ddd')}") > 0 and page.js(f"{plotly_traces('tree-eagle2')}") > 0
+        assert page.js(f"{plotly_traces('depth')}") > 0
+        for method in ("plain", "eagle2", "ddd"):
+            assert page.js(text_of(f"ans-{method}")).strip(), (title, method)
+        assert "step 1" in page.js(tree_title("tree-ddd"))
+        assert page.js("document.querySelector('#headline .headline') !== null")
+
+
+def test_step_forward_back_slider_and_play_change_the_step(page):
+    choose(page, "0")
+    page.wait_for(f"{text_of('narration')}.includes('Step 1')", 30, "step 1")
+    text, tree = page.js(text_of("txt-ddd")), page.js(tree_title("tree-ddd"))
+    page.js("document.querySelector('#next').click()")
+    page.wait_for(f"{tree_title('tree-ddd')}.includes('step 2')", 20, "the DDD tree of step 2")
+    assert "Step 2" in page.js(text_of("narration")) and page.js(text_of("txt-ddd")) != text
+    assert page.js(tree_title("tree-ddd")) != tree and "step 2" in page.js(tree_title("tree-eagle2"))
+    page.js("document.querySelector('#prev').click()")
+    page.wait_for(f"{tree_title('tree-ddd')}.includes('step 1 ')", 20, "the DDD tree of step 1 again")
+    assert page.js(text_of("txt-ddd")) == text
+    last = page.js("Number(document.querySelector('#slider').max)")
+    page.js(f"(() => {{ const s = document.querySelector('#slider'); s.value = '{last}';"
+            " s.dispatchEvent(new Event('input')); })()")
+    page.wait_for(f"{text_of('step-label')}.startsWith('step {last} of')", 20, "the last step")
+    assert "done:" in page.js(text_of("cnt-plain"))
+    page.js("document.querySelector('#play').click()")  # from the last step, play starts over
+    page.wait_for(f"Number(document.querySelector('#slider').value) >= 1 && {text_of('play')}.includes('Pause')", 20,
+                  "play to move on")
+    page.js("document.querySelector('#play').click()")
+    assert "Play" in page.js(text_of("play"))
+
+
+def test_a_race_file_from_disk_plays_and_bad_files_are_refused(page, tmp_path):
+    race = tmp_path / "mine.json.gz"
+    race.write_bytes(gzip.compress(EXAMPLES[0].read_bytes()))
+    upload(page, race)
+    page.wait_for(f"{text_of('info')}.includes('Loaded file mine.json.gz')", 30, "the loaded file")
+    page.wait_for(f"{plotly_traces('tree-ddd')} > 0", 30, "the loaded file's DDD tree")
+    page.js("document.querySelector('#next').click()")
+    page.wait_for(f"{tree_title('tree-ddd')}.includes('step 2')", 20, "the loaded file's step 2")
+    assert "Step 2 — DDD" in page.js(text_of("narration"))
+    refused = []
+    for name, make, _ in FILE_CASES:
+        bad = tmp_path / f"{name}.json"
+        bad.write_bytes(make())
+        page.js("document.querySelector('#message').hidden = true")
+        upload(page, bad)
+        page.wait_for(f"!document.querySelector('#message').hidden || {text_of('info')}.includes({json.dumps(bad.name)})",
+                      30, f"the page to read {name}")
+        if not page.js("document.querySelector('#message').hidden"):
+            assert "Could not load that file" in page.js(text_of("message")), name
+            refused.append(name)
+        page.wait_for(f"{plotly_traces('tree-ddd')} > 0", 30, f"a tree still showing after {name}")
+    assert sorted({name for name, _, _ in FILE_CASES} - set(refused)) == sorted(SHOWN_ANYWAY)
+    # Script payloads in a valid file stay text.
+    evil = tmp_path / "evil.json"
+    evil.write_bytes(evil_race())
+    upload(page, evil)
+    page.wait_for(f"{text_of('info')}.includes('evil.json')", 30, "the payload file")
+    shown = page.js(text_of("info"))
+    assert any(p in shown for p in PAYLOADS)
+    time.sleep(0.5)
+    assert page.js("window.__xss") is None and page.js(INJECTED) == []
+
+
+def test_no_console_error_and_no_request_left_the_page(page):
+    page.js("1")  # read what the browser sent meanwhile
+    assert page.problems() == []
+    assert [url for url in page.requests() if not url.startswith(("file:", "data:", "blob:"))] == []
+    choose(page, "0")
+    page.wait_for(f"{text_of('narration')}.includes('Step 1')", 30, "the first example")
+    shot = page.screenshot(OUT / "static-page.png")
+    assert shot.stat().st_size > 10_000
