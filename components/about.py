@@ -105,7 +105,7 @@ def about_markdown(race: Race | None) -> str:
         if plain:
             lines.append("")
             for r in rows:
-                if r["method"] != "Plain":
+                if r["method"] != "Plain" and r["ms_per_token"] > 0:
                     lines.append(f"- {r['method']}: {plain / r['ms_per_token']:.2f}× plain decoding's speed by this "
                                  "model (other time, e.g. bookkeeping, left out).")
         table = "\n".join(lines)

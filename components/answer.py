@@ -6,6 +6,7 @@ from ddd.trace import RunTrace, Step
 
 from .race import METHOD_LABELS
 from .tokens import escape
+from .verdict import decode_tokens_per_s
 
 LEGEND = ('<span class="tok-draft">accepted draft tokens</span> '
           '<span class="tok-target">tokens the target produced itself (bonus)</span>')
@@ -50,21 +51,26 @@ def answer_html(trace: RunTrace | None, *, upto: int | None = None, current: int
     return f'<div class="answer">{"".join(parts)}{tail}</div>'
 
 
-def counters(steps: list[Step]) -> dict[str, float]:
-    summary = summarize(steps)
+def counters(steps: list[Step]) -> dict[str, float | None]:
+    """The counters' figures: decode speed as the verdict measures it (the prefill apart, each step at the median
+    time of its shape), the prefill's own time, and the wall time of the whole answer."""
+    summary: dict[str, float | None] = dict(summarize(steps))
     summary["elapsed_s"] = summary["total_ms"] / 1000
+    summary["decode_tokens_per_s"] = decode_tokens_per_s(steps)
     return summary
 
 
 def counters_html(method: str, steps: list[Step], status: str = "") -> str:
-    """tokens · tokens/s · target forwards · tau · elapsed, as one line of badges."""
+    """tokens · decode tokens/s · prefill · target forwards · tau · elapsed, as one line of badges."""
     s = counters(steps) if steps else None
     name = METHOD_LABELS.get(method, method)
     if s is None:
         return f'<div class="counters"><b>{escape(name)}</b> <span class="status">{escape(status or "waiting")}</span></div>'
+    rate = s["decode_tokens_per_s"]
     items = [
         ("tokens", f"{s['new_tokens']}"),
-        ("tokens/s", f"{s['tokens_per_s']:.1f}"),
+        ("decode tokens/s", f"{rate:.3g}" if rate else "–"),
+        ("prefill", f"{s['prefill_ms']:.0f} ms"),
         ("target forwards", f"{s['target_forwards']}"),
         ("tau", f"{s['tau']:.2f}" if method != "plain" else "1.00"),
         ("elapsed", f"{s['elapsed_s']:.2f} s"),

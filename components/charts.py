@@ -10,12 +10,13 @@ from ddd.trace import RunTrace
 from .plotting import figure, message_figure
 from .race import METHOD_LABELS, Race
 from .tokens import plot_text, visible
-from .verdict import verdict
+from .verdict import decode_tokens_per_s, verdict
 
 METHOD_COLORS = {"plain": "#64748b", "eagle": "#0ea5e9", "eagle2": "#2563eb", "ddd": "#9333ea"}
 PHASE_COLORS = {"draft": "#60a5fa", "verify": "#f472b6", "other": "#cbd5e1"}
-SUMMARY_HEADERS = ["method", "tokens", "time (s)", "tokens/s", "speedup vs plain", "tau", "target forwards",
-                   "mean draft depth", "acceptance rate", "draft ms/step", "verify ms/step", "other ms/step"]
+SUMMARY_HEADERS = ["method", "tokens", "time (s)", "decode tokens/s", "speedup vs plain", "tau", "target forwards",
+                   "mean draft depth", "acceptance rate", "prefill ms", "draft ms/step", "verify ms/step",
+                   "other ms/step"]
 
 
 def _decode_steps(trace: RunTrace | None):
@@ -157,7 +158,9 @@ def timeline_figure(race: Race | None, height: int = 420) -> go.Figure:
 
 
 def summary_rows(race: Race | None) -> list[list[Any]]:
-    """One row per method (columns SUMMARY_HEADERS); the speedup is the headline's (components.verdict)."""
+    """One row per method (columns SUMMARY_HEADERS): decode tokens/s and the speedup are the headline's figures
+    (components.verdict: the prefill apart, each step at the median time of its shape); time (s) is the wall time
+    of the whole answer, the prefill included."""
     if race is None:
         return []
     result = verdict(race.traces)
@@ -165,16 +168,17 @@ def summary_rows(race: Race | None) -> list[list[Any]]:
     rows = []
     for method in race.methods:
         s = race.summary(method)
-        rate = s.get("tokens_per_s", 0.0)
+        rate = decode_tokens_per_s(race.traces[method].steps)
         standing = standings.get(method)
         speed = "–" if standing is None else f"{standing.speedup:.2f}×" + (
             " (tie)" if standing.tie and method != result.reference else "")
         speculative = method != "plain"
         rows.append([
-            METHOD_LABELS[method], s.get("new_tokens", 0), round(s.get("total_ms", 0.0) / 1000, 2), round(rate, 1),
+            METHOD_LABELS[method], s.get("new_tokens", 0), round(s.get("total_ms", 0.0) / 1000, 2),
+            f"{rate:.3g}" if rate else "–",
             speed, round(s.get("tau", 0.0), 2), s.get("target_forwards", 0),
             round(s.get("mean_draft_depth", 0.0), 2) if speculative else "–",
-            f"{s.get('acceptance_rate', 0.0):.0%}" if speculative else "–",
+            f"{s.get('acceptance_rate', 0.0):.0%}" if speculative else "–", round(s.get("prefill_ms", 0.0)),
             round(s.get("draft_ms_per_step", 0.0), 1), round(s.get("verify_ms_per_step", 0.0), 1),
             round(s.get("other_ms_per_step", 0.0), 1),
         ])

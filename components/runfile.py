@@ -22,6 +22,7 @@ from ddd.metrics import summarize
 from ddd.trace import CHAIN_ENDS, SCHEMA_VERSION, STATUSES, DraftNode, RunTrace, Step
 
 from .race import METHOD_LABELS, RACE_FORMAT, RACE_VERSION, Race, RaceFileError
+from .runcheck import check_race, check_run
 from .tokens import excerpt
 
 GZIP_MAGIC = b"\x1f\x8b"
@@ -131,6 +132,7 @@ def race_from_data(data: Any, source: str = "the file", limits: FileLimits = LIM
             raise RaceFileError(f"{source} has a run of unknown method {excerpt(method)}; known: "
                                 f"{', '.join(METHOD_LABELS)}.")
         traces[method] = checker.trace(trace_data, f"traces.{method}", method)
+    check_race(traces, checker.fail)
     return Race(traces=traces, title=title, note=note)
 
 
@@ -242,27 +244,29 @@ class _Checker:
             raise self.fail(f"{where}.steps", "is empty: a recorded run has at least its prefill step")
         for position, step in enumerate(steps):
             self.step(step, f"{where}.steps[{position}]", position)
-        return RunTrace.from_dict(data)
+        return check_run(RunTrace.from_dict(data), where, self.fail)
 
     def declared(self, data: dict, declared: tuple[Setting, ...], where: str) -> None:
-        """Each stored value of the JSON type its declaration says, within its declared range."""
+        """Each stored value of the JSON type its declaration says, within the range the app races with (the
+        declaration's ui range where it has one: a run made beyond it, on the command line, is not shown here)."""
         self.keys(data, {s.name for s in declared}, set(), where)
         for setting in declared:
             if setting.name not in data:
                 continue
             value, at = data[setting.name], f"{where}.{setting.name}"
+            low, high = setting.bounds(ui=True)
             if setting.kind == "calls":
                 if value != "all":
-                    for i, call in enumerate(self.items(value, at, int(setting.high))):
-                        self.integer(call, f"{at}[{i}]", setting.low, setting.high)
+                    for i, call in enumerate(self.items(value, at, int(high))):
+                        self.integer(call, f"{at}[{i}]", int(low), int(high))
             elif setting.kind == "tree":
                 for i, path in enumerate(self.items(value, at, self.limits.list_items)):
                     for j, rank in enumerate(self.items(path, f"{at}[{i}]", self.limits.list_items)):
-                        self.integer(rank, f"{at}[{i}][{j}]", setting.low, setting.high)
+                        self.integer(rank, f"{at}[{i}][{j}]", int(low), int(high))
             elif setting.kind == "float":
-                self.number(value, at, setting.low, setting.high)
+                self.number(value, at, low, high)
             else:
-                self.integer(value, at, setting.low, setting.high)
+                self.integer(value, at, int(low), int(high))
 
     def settings(self, data: Any, where: str, method: str) -> None:
         data = self.obj(data, where)

@@ -33,6 +33,11 @@ BAND_COLORS = ("rgba(148,163,184,0.10)", "rgba(148,163,184,0.20)")
 GHOST_COLOR = "rgba(139,92,246,0.12)"
 GHOST_LINE = "rgba(139,92,246,0.55)"
 LABELLED_LEVEL = 22
+# What one figure draws at most, whatever a file says: the levels a screen shows (the app drafts at most 24),
+# and the nodes a browser draws quickly (the app's trees verify at most 128; the whole candidate pool of its
+# widest setting holds 23,585, drawn as the best of them by cumulative score).
+MAX_LEVELS = 32
+MAX_NODES = 2_000
 GHOST_WIDTH = 0.6  # in levels
 SHORT_LABEL, LONG_LABEL = 6, 14  # characters of a node's label off and on the accepted path
 # The accepted path's labels sit above their nodes and the bonus token's below its star, so that the star,
@@ -44,8 +49,11 @@ def build_graph(step: Step, beam_width: int = BEAM_WIDTH.default, show: str = "s
     """The draft tree of `step`: nodes keyed by pool index (plus "bonus"), edges parent -> child.
 
     show: "verified" (root and the nodes the target checked), "shown" (those, plus the best
-    min(beam_width, DROPPED_SHOWN) candidates of each level the rerank dropped) or "all" (the whole pool)."""
-    graph = nx.DiGraph(step=step.index, draft_calls=step.draft_calls, max_draft_calls=step.max_draft_calls)
+    min(beam_width, DROPPED_SHOWN) candidates of each level the rerank dropped) or "all" (the whole pool).
+    At most MAX_LEVELS levels and MAX_NODES nodes are kept (the graph's `hidden_levels` and `hidden_nodes` say
+    how many were left out)."""
+    graph = nx.DiGraph(step=step.index, draft_calls=step.draft_calls, max_draft_calls=step.max_draft_calls,
+                       hidden_levels=0, hidden_nodes=0)
     pool = step.pool
     if not pool:
         return graph
@@ -55,6 +63,11 @@ def build_graph(step: Step, beam_width: int = BEAM_WIDTH.default, show: str = "s
         keep = {n.index for n in pool if n.status != "pruned"}
     else:
         keep = shown_nodes(pool, min(beam_width, DROPPED_SHOWN))
+    deepest = max(n.depth for n in pool if n.index in keep)
+    within = sum(1 for n in pool if n.index in keep and n.depth <= MAX_LEVELS)
+    keep = bounded(pool, keep)
+    graph.graph["hidden_levels"] = max(deepest - MAX_LEVELS, 0)
+    graph.graph["hidden_nodes"] = within - len(keep)
     on_path = set(step.accepted_path)
     for node in pool:
         if node.index not in keep:
@@ -72,6 +85,27 @@ def build_graph(step: Step, beam_width: int = BEAM_WIDTH.default, show: str = "s
                            logprob=None, score=None, rank=None, in_beam=False, status="bonus", on_path=True)
             graph.add_edge(last, BONUS, accepted=True)
     return graph
+
+
+def bounded(pool: list, keep: set[int]) -> set[int]:
+    """`keep` within MAX_LEVELS levels and MAX_NODES nodes: the root, the accepted nodes, then the others by
+    status (verified before pruned) and cumulative score, each with its ancestors, so every node drawn hangs
+    from the root."""
+    shallow = [n for n in pool if n.index in keep and n.depth <= MAX_LEVELS]
+    if len(shallow) <= MAX_NODES:
+        return {n.index for n in shallow}
+    parents = {n.index: n.parent for n in pool}
+    order = sorted(shallow, key=lambda n: (n.status != "root", n.status != "accepted", n.status == "pruned", -n.score))
+    chosen: set[int] = set()
+    for node in order:
+        chain, index = [], node.index
+        while index >= 0 and index not in chosen and len(chain) <= MAX_LEVELS:
+            chain.append(index)
+            index = parents.get(index, -1)
+        if len(chosen) + len(chain) > MAX_NODES:
+            break
+        chosen.update(chain)
+    return chosen
 
 
 def layout(graph: nx.DiGraph) -> dict[Any, tuple[float, float]]:
@@ -137,10 +171,10 @@ def tree_figure(step: Step | None, trace: RunTrace | None = None, *, show: str =
     width = int((trace.settings.get("beam_width") if trace is not None else None) or BEAM_WIDTH.default)
     graph = build_graph(step, width, show)
     pos = layout(graph)
-    levels = max(step.draft_calls, max((d for _, d in graph.nodes(data="depth")), default=0))
-    ghost = step.max_draft_calls > step.draft_calls
+    levels = min(max(step.draft_calls, max((d for _, d in graph.nodes(data="depth")), default=0)), MAX_LEVELS)
+    ghost = step.max_draft_calls > step.draft_calls and step.draft_calls <= MAX_LEVELS
     shapes, notes = _bands(step, levels)
-    checks = _check_notes(step)
+    checks = _check_notes(step, levels) + _hidden_note(graph, step)
     per_level: dict[float, int] = {}
     for x, _ in pos.values():
         per_level[x] = per_level.get(x, 0) + 1
@@ -166,12 +200,26 @@ def tree_figure(step: Step | None, trace: RunTrace | None = None, *, show: str =
     ))
 
 
+def _hidden_note(graph: nx.DiGraph, step: Step) -> list[dict]:
+    """What the figure left out, said on the figure: levels past MAX_LEVELS, candidates past MAX_NODES."""
+    parts = []
+    if graph.graph["hidden_levels"]:
+        parts.append(f"levels {MAX_LEVELS + 1}–{MAX_LEVELS + graph.graph['hidden_levels']} not drawn")
+    if graph.graph["hidden_nodes"]:
+        drawn = graph.number_of_nodes() - (BONUS in graph)
+        parts.append(f"the best {drawn:,} of {drawn + graph.graph['hidden_nodes']:,} candidates drawn")
+    if not parts:
+        return []
+    return [dict(x=1, y=-0.02, xref="paper", yref="paper", xanchor="right", yanchor="top", showarrow=False,
+                 text="; ".join(parts), font=dict(size=11, color="#b45309"), name="hidden")]
+
+
 def _bands(step: Step, levels: int) -> tuple[list[dict], list[dict]]:
-    """A band per drafted level, and one narrow band for the levels DDD chose not to draft (drawn a column
-    each, they took most of the width), with its note."""
+    """A band per drafted level (at most MAX_LEVELS), and one narrow band for the levels DDD chose not to draft
+    (drawn a column each, they took most of the width), with its note."""
     shapes = [dict(type="rect", xref="x", yref="paper", x0=level - 0.5, x1=level + 0.5, y0=0, y1=1,
                    fillcolor=BAND_COLORS[level % 2], line=dict(width=0), layer="below") for level in range(1, levels + 1)]
-    if step.max_draft_calls <= step.draft_calls:
+    if step.max_draft_calls <= step.draft_calls or step.draft_calls > MAX_LEVELS:
         return shapes, []
     band = levels + 0.55
     shapes.append(dict(type="rect", xref="x", yref="paper", x0=band, x1=band + GHOST_WIDTH, y0=0, y1=1,
@@ -182,9 +230,10 @@ def _bands(step: Step, levels: int) -> tuple[list[dict], list[dict]]:
                          textangle=-90, showarrow=False, font=dict(size=11, color="rgba(109,40,217,0.8)"))]
 
 
-def _check_notes(step: Step) -> list[dict]:
-    """H at each check above its level, on three staggered rows so that neighbouring values never meet."""
-    checks = sorted(step.checks, key=lambda c: c.call)
+def _check_notes(step: Step, levels: int) -> list[dict]:
+    """H at each check above its level (of the levels drawn), on three staggered rows so that neighbouring values
+    never meet."""
+    checks = sorted((c for c in step.checks if c.call <= levels), key=lambda c: c.call)
     if not checks:
         return []
     notes = [dict(x=0, y=1.0, xref="x", yref="paper", yanchor="bottom", showarrow=False, text="H:",

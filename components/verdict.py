@@ -11,13 +11,14 @@ between identical decoders, more than one race's own resampling shows, and no on
 """
 from __future__ import annotations
 
+import math
 import warnings
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 
 import numpy as np
 
-from ddd.trace import RunTrace
+from ddd.trace import RunTrace, Step
 
 from .race import METHOD_LABELS
 from .tokens import escape
@@ -80,7 +81,11 @@ class Rounds:
 
     @classmethod
     def of(cls, trace: RunTrace, rounds: int = 0) -> "Rounds":
-        decode = [s for s in trace.steps if not s.prefill]
+        return cls.of_steps(trace.steps, rounds)
+
+    @classmethod
+    def of_steps(cls, steps: Sequence[Step], rounds: int = 0) -> "Rounds":
+        decode = [s for s in steps if not s.prefill]
         rounds = max(rounds, max((s.index for s in decode), default=0))
         ms, tokens, shape = np.zeros(rounds), np.zeros(rounds), np.full(rounds, -1)
         kinds: dict[tuple[int, int], int] = {}
@@ -102,6 +107,24 @@ class Rounds:
                 median = np.nanmedian(np.where(chosen, times, np.nan), axis=1)
                 total += np.where(chosen.any(1), median * chosen.sum(1), 0.0)
         return total
+
+
+def decode_ms_per_token(steps: Sequence[Step]) -> float | None:
+    """Typical decode time per token of these steps (the prefill apart), each step counted at the median time of
+    the steps of its shape: the figure the verdict compares, and the one the counters and the summary show.
+    None while no decode step has emitted a token or the steps carry no time."""
+    decode = [s for s in steps if not s.prefill]
+    tokens = sum(len(s.token_ids) for s in decode)
+    if not tokens:
+        return None
+    rounds = Rounds.of_steps(decode)
+    ms = float(rounds.typical_ms(np.arange(len(rounds.ms))[None])[0])
+    return ms / tokens if math.isfinite(ms) and ms > 0 else None
+
+
+def decode_tokens_per_s(steps: Sequence[Step]) -> float | None:
+    ms = decode_ms_per_token(steps)
+    return 1000 / ms if ms else None
 
 
 def _block_picks(rng: np.random.Generator, low: int, high: int) -> np.ndarray:
@@ -137,9 +160,8 @@ def speed_ratio(reference: RunTrace, other: RunTrace, seed: int = 0) -> tuple[fl
 
 def _standing(name: str, trace: RunTrace, reference: RunTrace) -> Standing:
     decode = [s for s in trace.steps if not s.prefill]
-    tokens = sum(len(s.token_ids) for s in decode) or 1
-    rounds = Rounds.of(trace)
-    typical = float(rounds.typical_ms(np.arange(len(rounds.ms))[None])[0]) / tokens
+    tokens = sum(len(s.token_ids) for s in decode)
+    typical = decode_ms_per_token(trace.steps) or 0.0
     measured = sum(s.ms for s in decode) or 1.0
     speedup, low, high = speed_ratio(reference, trace)
     # Drafting and verifying keep their measured shares of the typical time.
@@ -150,9 +172,26 @@ def _standing(name: str, trace: RunTrace, reference: RunTrace) -> Standing:
         prefill_ms=sum(s.ms for s in trace.steps if s.prefill), speedup=speedup, low=low, high=high)
 
 
+def no_verdict(traces: Mapping[str, RunTrace], reference: str = "plain") -> str:
+    """Why these runs have no verdict; "" when they have one."""
+    if not traces:
+        return "Run or load a race to see who wins."
+    if reference not in traces:
+        return (f"No verdict: these runs hold no {label_of(reference).lower()} decoding run, so there is nothing to "
+                "compare their speed with.")
+    if len(traces) < 2:
+        return f"No verdict: this file holds {label_of(reference).lower()} decoding alone."
+    untimed = [label_of(n) for n, t in traces.items() if decode_ms_per_token(t.steps) is None]
+    if untimed:
+        return (f"No verdict: {', '.join(untimed)} {'has' if len(untimed) == 1 else 'have'} no timed decode step, so "
+                "no speed can be derived.")
+    return ""
+
+
 def verdict(traces: Mapping[str, RunTrace], reference: str = "plain") -> Verdict | None:
-    """The race's result against `reference` (default plain decoding); None without the reference or a rival."""
-    if reference not in traces or len(traces) < 2:
+    """The race's result against `reference` (default plain decoding); None without the reference or a rival, or
+    where a run has no timed decode step (no speed can be derived from it)."""
+    if no_verdict(traces, reference):
         return None
     ref = traces[reference]
     standings = [_standing(reference, ref, ref)] + [_standing(n, t, ref) for n, t in traces.items() if n != reference]
@@ -189,14 +228,14 @@ def _why(standings: list[Standing]) -> str:
         parts.append(f"{s.label} {s.ms_per_token:.0f} ms per token (tau {s.tau:.2f}: {s.draft_ms_per_token:.0f} ms "
                      f"drafting and {s.verify_ms_per_token:.0f} ms verifying per token)")
     prefill = ", ".join(f"{s.label} {s.prefill_ms:.0f}" for s in standings)
-    return f"Why: {'; '.join(parts)}. Prefill, timed apart: {prefill} ms."
+    return f"Why: {'; '.join(parts)}. Prefill, timed apart: {prefill} ms, counted in no speed."
 
 
 def headline_html(traces: Mapping[str, RunTrace]) -> str:
     """The verdict as the page's headline: a bold line and one line of why."""
     result = verdict(traces)
     if result is None:
-        return "<div class='headline empty'>Run or load a race to see who wins.</div>"
+        return f"<div class='headline empty'>{escape(no_verdict(traces))}</div>"
     kind = "tie" if len(result.leaders) > 1 or not result.decided else "win"
     return (f"<div class='headline {kind}'><b>{escape(result.headline)}</b>"
             f"<div class='why'>{escape(result.why)}</div></div>")

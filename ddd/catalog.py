@@ -6,6 +6,7 @@ from __future__ import annotations
 import shutil
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 import torch
 from transformers import AutoConfig
@@ -14,6 +15,7 @@ from .checkpoint import load_head
 from .head import DraftHead, for_target, new_head
 from .hub import cached, fetch, hub_cache, is_hub_id
 from .models import DEFAULT_HUB_ID, DEFAULT_MODEL, DTYPES, ModelLoadError, Target
+from .settings import MAX_DRAFT_CALLS, METHOD_DECLARATIONS
 
 # Room for what grows beside the weights: activations, the KV cache of a few thousand tokens, the draft
 # head's trees, the allocator's slack.
@@ -30,7 +32,21 @@ class ModelPair:
     model: str | None  # None: the default model
     head: str | None  # None: the head choose_head picks for the model
     gpu_only: bool = False  # a 7B target decodes far too slowly on a CPU to race there
+    # Where the pair's own paper departs from the papers' tree settings (the declared defaults): (name, value).
+    settings: tuple[tuple[str, Any], ...] = ()
 
+    def tree_settings(self) -> dict[str, Any]:
+        """The tree settings this pair races at: the papers' (ddd.settings defaults) with the pair's changes."""
+        return {**PAPERS_TREE_SETTINGS, **dict(self.settings)}
+
+
+# The EAGLE-2 and DDD papers' tree settings, by declared name.
+PAPERS_TREE_SETTINGS = {s.name: s.default for m in ("eagle2", "ddd") for s in METHOD_DECLARATIONS[m]}
+# The official EAGLE-3 code drafts to depth 7 by default: the root call and seven expansions. DDD's deepest
+# tree (max_draft_calls, 11 in its paper) stays at least that deep.
+EAGLE3_DRAFT_CALLS = 8
+EAGLE3_SETTINGS = (("draft_calls", EAGLE3_DRAFT_CALLS),
+                   ("max_draft_calls", max(EAGLE3_DRAFT_CALLS, MAX_DRAFT_CALLS.default)))
 
 PAIRS = [
     ModelPair("SmolLM2-135M-Instruct + shipped head (default)", None, None),
@@ -39,7 +55,7 @@ PAIRS = [
     ModelPair("LLaMA-3 8B Instruct + EAGLE head (DDD paper)", "meta-llama/Meta-Llama-3-8B-Instruct",
               "yuhuili/EAGLE-LLaMA3-Instruct-8B", gpu_only=True),
     ModelPair("Llama-3.1 8B Instruct + EAGLE-3 head", "meta-llama/Llama-3.1-8B-Instruct",
-              "yuhuili/EAGLE3-LLaMA3.1-Instruct-8B", gpu_only=True),
+              "yuhuili/EAGLE3-LLaMA3.1-Instruct-8B", gpu_only=True, settings=EAGLE3_SETTINGS),
 ]
 
 

@@ -18,9 +18,11 @@ from .hub import HEAD_FILES_PATTERNS, fetch, is_hub_id
 from .models import ModelLoadError, Target
 
 HEAD_FILES = ("model.safetensors", "pytorch_model.bin")
-# Keys a checkpoint may carry that are not weights of the head: a copy of the target's embeddings (the head
-# reads the target's own), and the draft-vocabulary maps, which are checked on their own.
+# Keys a checkpoint may carry that are not weights of the head: the draft-vocabulary maps, which are checked
+# on their own, and a copy of the target's embeddings in a head of the target's width (which reads the
+# target's own; a head of another width has embeddings of its own width, a weight like any other).
 _NOT_WEIGHTS = ("embed_tokens.weight", "d2t", "t2d")
+_EMBEDDINGS = "embed_tokens.weight"
 _SHOWN = 6  # keys listed in a message before it says how many more there are
 
 
@@ -43,8 +45,8 @@ def load_head(directory: str | Path, target: Target) -> DraftHead:
     raw = _read_config(directory)
     weights = _read_weights(directory)
     head = _head_class(weights, directory).from_checkpoint(raw, weights, target, directory)
-    _check_weights(head, weights, directory)
-    head.load_official({k: v for k, v in weights.items() if k not in _NOT_WEIGHTS})
+    own = _check_weights(head, weights, target, directory)
+    head.load_official(own)
     # Its own generator: a test input must not move the caller's random draws.
     generator = torch.Generator().manual_seed(0)
     embeds = torch.randn(1, 2, head.config.hidden_size, generator=generator)
@@ -114,9 +116,17 @@ def _head_class(weights: dict[str, torch.Tensor], where: Path) -> type[DraftHead
     return Eagle3Head if any(k.startswith("midlayer.") for k in weights) else EagleHead
 
 
-def _check_weights(head: DraftHead, weights: dict[str, torch.Tensor], where: Path) -> None:
+def _check_weights(head: DraftHead, weights: dict[str, torch.Tensor], target: Target,
+                   where: Path) -> dict[str, torch.Tensor]:
+    """The checkpoint's weights of the head, each checked against the shape the config gives it; a copy of
+    the target's embeddings that the head does not use is checked against the target's table."""
     expected = head.official_weights()
-    given = {k: v for k, v in weights.items() if k not in _NOT_WEIGHTS}
+    given = {k: v for k, v in weights.items() if k not in _NOT_WEIGHTS or k in expected}
+    copy = weights.get(_EMBEDDINGS) if _EMBEDDINGS not in expected else None
+    if copy is not None and list(copy.shape) != [target.vocab_size, target.hidden_size]:
+        raise HeadLoadError(f"Head weights in {where}: {_EMBEDDINGS} {list(copy.shape)} (expected "
+                            f"{[target.vocab_size, target.hidden_size]}, the target's embedding table, for a head of "
+                            "the target's width).")
     missing = sorted(set(expected) - set(given))
     unexpected = sorted(set(given) - set(expected))
     shapes = [f"{k} {list(given[k].shape)} (expected {list(expected[k].shape)})"
@@ -133,3 +143,4 @@ def _check_weights(head: DraftHead, weights: dict[str, torch.Tensor], where: Pat
     broken = sorted(k for k, v in given.items() if not bool(torch.isfinite(v).all()))
     if broken:
         raise HeadLoadError(f"Head weights in {where} hold NaN or infinite values: {_listing(broken)}.")
+    return given

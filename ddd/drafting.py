@@ -23,7 +23,7 @@ class HeadRunner:
 
     def __init__(self, head: DraftHead, target: Target):
         self.head = head
-        self.embed = target.model.get_input_embeddings()
+        self.embed = head.embedding(target)
         self.vocab_ids = head.draft_to_target()
         self.draft_lm = head.draft_lm(target)
         self.cache = DynamicCache(config=head.config)

@@ -16,6 +16,12 @@ the first layer at level one, while the final output lives after them.
 
 The trainer grows, cuts and rewires such heads (ddd/train/resize.py).
 
+A head's own width (`hidden_size`) may differ from its target's (`target_hidden_size` in config.json, as the
+official code writes it): then `fc` maps 3 x target_hidden_size to the head's width, everything after it
+(the decoder layer, the hidden state handed down the tree, `norm`, `lm_head`) is in the head's width, and
+the token embeddings must be too, so such a head brings its own `embed_tokens` (a head of its target's width
+reads the target's embedding table, and a copy of it in the checkpoint is only checked).
+
 Published checkpoints (the official EAGLE-3 release, SpecForge) name the parts `midlayer.*`, `fc`, `norm`,
 `lm_head`, plus `d2t` and `t2d` (a bool mask over the target vocabulary); config.json adds
 `draft_vocab_size` and sometimes the layer ids (`eagle_config.eagle_aux_hidden_state_layer_ids`) and
@@ -34,8 +40,8 @@ from transformers.modeling_outputs import BaseModelOutputWithPast
 from transformers.models.llama.modeling_llama import (LlamaAttention, LlamaDecoderLayer, LlamaMLP, LlamaRMSNorm,
                                                       LlamaRotaryEmbedding)
 
-from .head import (DraftHead, HeadLoadError, d2t_of, draft_map, fit_problems, llama_config, refuse_misfit, seeded,
-                   target_config_fields)
+from .head import (DraftHead, HeadLoadError, d2t_of, draft_map, llama_config, refuse_misfit, seeded,
+                   target_config_fields, vocab_problems)
 from .models import Target
 
 MAX_LAYERS = 8  # a draft head is meant to be a small fraction of its target
@@ -90,7 +96,7 @@ class Eagle3Head(DraftHead):
     kind = "eagle3"
 
     def __init__(self, config: LlamaConfig, aux_layers: tuple[int, ...], d2t: torch.Tensor,
-                 draft_hidden: str = "output"):
+                 draft_hidden: str = "output", target_hidden: int | None = None):
         super().__init__()
         if not 1 <= config.num_hidden_layers <= MAX_LAYERS:
             raise ValueError(f"An EAGLE-3 head has 1 to {MAX_LAYERS} decoder layers, not {config.num_hidden_layers}.")
@@ -100,7 +106,10 @@ class Eagle3Head(DraftHead):
         self.config = config
         self.aux_layers = tuple(aux_layers)
         hidden = config.hidden_size
-        self.fc = nn.Linear(len(self.aux_layers) * hidden, hidden, bias=False)
+        self.target_hidden = hidden if target_hidden is None else target_hidden
+        self.fc = nn.Linear(len(self.aux_layers) * self.target_hidden, hidden, bias=False)
+        # The target's embedding table has the target's width: a head of another width has its own.
+        self.embed_tokens = nn.Embedding(config.vocab_size, hidden) if self.target_hidden != hidden else None
         self.midlayer = Eagle3Layer(config)
         self.layers = nn.ModuleList(LlamaDecoderLayer(config, layer_idx=i) for i in range(1, config.num_hidden_layers))
         self.norm = LlamaRMSNorm(hidden, eps=config.rms_norm_eps)
@@ -119,8 +128,11 @@ class Eagle3Head(DraftHead):
     def target_features(self, output: BaseModelOutputWithPast) -> torch.Tensor:
         return torch.cat([output.hidden_states[i] for i in self.aux_layers], dim=-1)
 
+    def embedding(self, target: Target) -> nn.Module:
+        return super().embedding(target) if self.embed_tokens is None else self.embed_tokens
+
     def fuse(self, features: torch.Tensor) -> torch.Tensor:
-        """The fused target layers (batch, seq, 3H) -> the hidden input (batch, seq, H)."""
+        """The fused target layers (batch, seq, 3 x target width) -> the hidden input (batch, seq, H)."""
         return self.fc(features)
 
     def forward(self, embeds: torch.Tensor, hidden: torch.Tensor, position_ids: torch.Tensor,
@@ -154,16 +166,16 @@ class Eagle3Head(DraftHead):
         eagle = {"eagle_aux_hidden_state_layer_ids": list(self.aux_layers)}
         if self.draft_hidden != "output":
             eagle["draft_hidden"] = self.draft_hidden
-        return {"architectures": ["LlamaForCausalLMEagle3"], "draft_vocab_size": self.draft_vocab_size,
-                "eagle_config": eagle}
+        extra = {"architectures": ["LlamaForCausalLMEagle3"], "draft_vocab_size": self.draft_vocab_size,
+                 "eagle_config": eagle}
+        if self.target_hidden != self.config.hidden_size:
+            extra["target_hidden_size"] = self.target_hidden
+        return extra
 
     @classmethod
     def from_checkpoint(cls, raw: dict, weights: dict[str, torch.Tensor], target: Target, where: Path) -> "Eagle3Head":
         num_layers = target.model.config.num_hidden_layers
-        # The head reads the target's token embeddings, so its own width must be the target's too.
-        problems = fit_problems(raw, weights, target)
-        if raw.get("target_hidden_size", target.hidden_size) != target.hidden_size:
-            problems.append(f"target hidden size: head {raw['target_hidden_size']}, target {target.hidden_size}")
+        problems = vocab_problems(raw, target) + width_problems(raw, target)
         layers = aux_layers_of(raw, num_layers, where)
         if not all(0 <= i <= num_layers for i in layers):
             problems.append(f"feature layers {list(layers)}: the target has hidden states 0 to {num_layers}")
@@ -177,6 +189,11 @@ class Eagle3Head(DraftHead):
         refuse_misfit(problems, where, target)
         config = llama_config(raw, where)
         config.num_hidden_layers = 1 + extra
+        config.vocab_size = target.vocab_size  # the config's own, when it names one, is the target's (checked)
+        if config.hidden_size != target.hidden_size and "embed_tokens.weight" not in weights:
+            raise HeadLoadError(f"The head at {where} is {config.hidden_size} wide and its target ({target.name}) "
+                                f"{target.hidden_size}: such a head needs token embeddings of its own width "
+                                "(`embed_tokens.weight`), and this checkpoint has none.")
         draft_size = raw.get("draft_vocab_size")
         if "d2t" in weights:
             d2t = draft_map(weights["d2t"], target.vocab_size, where)
@@ -192,9 +209,25 @@ class Eagle3Head(DraftHead):
         eagle_config = raw.get("eagle_config")
         draft_hidden = eagle_config.get("draft_hidden", "output") if isinstance(eagle_config, dict) else "output"
         try:
-            return cls(config, layers, d2t, draft_hidden)
+            return cls(config, layers, d2t, draft_hidden, target_hidden=target.hidden_size)
         except ValueError as err:
             raise HeadLoadError(f"The head at {where}: {err}") from None
+
+
+def width_problems(raw: dict, target: Target) -> list[str]:
+    """Where the width a head reads its features in disagrees with the target's: `target_hidden_size` when
+    config.json names it, else the head's own `hidden_size` (fc then reads 3 x hidden_size, as in the
+    official code)."""
+    if "target_hidden_size" in raw:
+        given = raw["target_hidden_size"]
+        if given != target.hidden_size or isinstance(given, bool):
+            return [f"target hidden size: head {given!r}, target {target.hidden_size}"]
+        return []
+    hidden = raw.get("hidden_size", target.hidden_size)
+    if hidden != target.hidden_size:
+        return [f"hidden size: head {hidden}, target {target.hidden_size}, and config.json names no "
+                "target_hidden_size"]
+    return []
 
 
 def stacked_layers(weights: dict[str, torch.Tensor]) -> int | None:
@@ -220,11 +253,12 @@ def check_first_layer(layers: tuple[int, ...]) -> None:
 
 def new_eagle3_head(target: Target, draft_vocab: torch.Tensor | None = None, seed: int = 0,
                     layers: tuple[int, ...] | None = None, depth: int = 1, mlp: int | None = None,
-                    draft_hidden: str = "output") -> Eagle3Head:
+                    draft_hidden: str = "output", hidden: int | None = None) -> Eagle3Head:
     """A randomly initialised EAGLE-3 head for `target`. draft_vocab: the target ids to keep (default: all);
     layers: the `output_hidden_states` indices of its features (default: the official choice); depth:
     its decoder layers; mlp: their MLP channels (default: the target's); draft_hidden: what deeper draft
-    levels read (DRAFT_HIDDEN)."""
+    levels read (DRAFT_HIDDEN); hidden: the head's own width (default: the target's; another width gives the
+    head its own token embeddings, and its attention heads the width hidden / the target's head count)."""
     num_layers = target.model.config.num_hidden_layers
     layers = default_aux_layers(num_layers) if layers is None else tuple(layers)
     if not all(0 <= i <= num_layers for i in layers):
@@ -235,6 +269,11 @@ def new_eagle3_head(target: Target, draft_vocab: torch.Tensor | None = None, see
     fields = target_config_fields(target) | {"num_hidden_layers": depth}
     if mlp is not None:
         fields["intermediate_size"] = mlp
+    if hidden is not None and hidden != target.hidden_size:
+        heads = fields["num_attention_heads"]
+        if hidden <= 0 or hidden % heads:
+            raise ValueError(f"A head {hidden} wide cannot split into {target.name}'s {heads} attention heads.")
+        fields |= {"hidden_size": hidden, "head_dim": hidden // heads}
     with seeded(seed):
-        head = Eagle3Head(LlamaConfig(**fields), layers, d2t, draft_hidden)
+        head = Eagle3Head(LlamaConfig(**fields), layers, d2t, draft_hidden, target_hidden=target.hidden_size)
     return head.to(device=target.device, dtype=target.model.dtype)

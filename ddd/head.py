@@ -80,6 +80,11 @@ class DraftHead(nn.Module, ABC):
         """Target features as the hidden input of a context step."""
         return features
 
+    def embedding(self, target: Target) -> nn.Module:
+        """The token embeddings the head reads (token ids -> head width): the target's own table, unless the
+        head is of another width and brings its own."""
+        return target.model.get_input_embeddings()
+
     @abstractmethod
     def forward(self, embeds: torch.Tensor, hidden: torch.Tensor, position_ids: torch.Tensor,
                 attention_mask: torch.Tensor | None = None, cache=None) -> torch.Tensor:
@@ -236,15 +241,18 @@ def one_line(err: Exception) -> str:
 
 
 def fit_problems(raw: dict, weights: dict[str, torch.Tensor], target: Target) -> list[str]:
-    """Where a head's config and weights disagree with the target's hidden size and vocabulary."""
+    """Where a head's config and weights disagree with the target's hidden size and vocabulary (a head whose
+    width must be its target's: EAGLE-1/EAGLE-2)."""
     problems = []
     for hidden in dict.fromkeys((weights["fc.weight"].shape[0], raw.get("hidden_size", target.hidden_size))):
         if hidden != target.hidden_size:
             problems.append(f"hidden size: head {hidden}, target {target.hidden_size}")
+    return problems + vocab_problems(raw, target)
+
+
+def vocab_problems(raw: dict, target: Target) -> list[str]:
     vocab = raw.get("vocab_size", target.vocab_size)
-    if vocab != target.vocab_size:
-        problems.append(f"vocabulary: head {vocab}, target {target.vocab_size}")
-    return problems
+    return [] if vocab == target.vocab_size else [f"vocabulary: head {vocab}, target {target.vocab_size}"]
 
 
 def refuse_misfit(problems: list[str], where: Path, target: Target) -> None:

@@ -1,20 +1,20 @@
-"""The model menu: the papers' target/head pairs (ddd.catalog), or any model and head typed in, each checked
-for memory before anything loads. On a CPU only what races there at a usable pace is offered; on a ZeroGPU
-Space the menu is off (its models load once, at start-up)."""
+"""The model menu: the papers' target/head pairs (ddd.catalog), or any model and head typed in by hub id, each
+checked for memory before anything loads. A choice is the visitor's own: it lives in their Session and loads on
+their next Run, while every other visitor keeps racing theirs. On a CPU only what races there at a usable pace
+is offered; on a ZeroGPU Space the menu is off (its models load once, at start-up)."""
 from __future__ import annotations
 
-from components.inputs import InputError, text
+from components.inputs import InputError
 from ddd.catalog import PAIRS, ModelPair, check_fits
-from ddd.hub import HUB_ID
 from ddd.models import ModelLoadError
 
 from .layout import Ui
-from .models import Models
-from .presets import GPU_PRESET, PRESETS, widget_values
-from .viewing import message, warn
+from .models import ModelChoice, Models, hub_id
+from .presets import GPU_PRESET, widget_values
+from .sessions import Session
+from .viewing import message
 
 OTHER = "another model (type its ids below)"
-MAX_ID_CHARS = 300
 
 
 def offered(device: str) -> list[ModelPair]:
@@ -26,50 +26,48 @@ def menu_labels(device: str) -> list[str]:
 
 
 def current_label(models: Models) -> str:
-    """The menu entry of the configured pair (OTHER for one typed in)."""
+    """The menu entry of the app's own pair (OTHER for one given on the command line)."""
     config = models.config
     return next((p.label for p in offered(models.device()) if (p.model, p.head) == (config.model, config.head)), OTHER)
-
-
-def _typed(value, label: str, allowed: tuple[str, ...] = ()) -> str | None:
-    """A hub id typed in (or one of `allowed`). Directories on this machine are not offered to visitors: they
-    are given on the command line (--model, --head)."""
-    value = text(value, label).strip()
-    if len(value) > MAX_ID_CHARS:
-        raise InputError(f"{label} is {len(value):,} characters long; a hub id has at most {MAX_ID_CHARS}.")
-    if value and value not in allowed and not HUB_ID.match(value):
-        raise InputError(f"{label} {value!r} is not a hub id (owner/name); local directories are given on the "
-                         "command line (python app.py --model DIR --head DIR).")
-    return value or None
 
 
 class ModelMenu:
     def __init__(self, ui: Ui, models: Models):
         self.ui, self.models = ui, models
 
-    def choose(self, label: str | None, model_text: str | None, head_text: str | None) -> dict:
-        """Race the chosen pair from the next Run on, once it is known to fit this device's memory."""
+    def choose(self, label: str | None, model_text: str | None, head_text: str | None,
+               session: Session | None = None) -> dict:
+        """The chosen pair for this visitor's next Runs, once it is known to fit this device's memory. Nothing
+        loads or unloads here: other visitors' races go on with their own models."""
         ui, models = self.ui, self.models
+        session = session or Session()
         if models.pinned:
-            return {ui["message"]: message("This Space loads its model once, at start-up: the menu is off here.")}
+            return {ui["message"]: message("This Space loads its model once, at start-up: the menu is off here."),
+                    ui["session"]: session}
         pair = next((p for p in offered(models.device()) if p.label == label), None)
         try:
             if pair is None and label != OTHER:
                 raise InputError(f"There is no model choice called {label!r} here.")
-            model, head = (pair.model, pair.head) if pair else (_typed(model_text, "The model id"),
-                                                                _typed(head_text, "The head id", ("random",)))
-            if pair is None and model is None:
+            choice = ModelChoice(pair.model, pair.head) if pair else ModelChoice(
+                hub_id(model_text, "The model id"), hub_id(head_text, "The head id", ("random",)))
+            if pair is None and choice.model is None:
                 raise InputError("Type a model's hub id, such as lmsys/vicuna-7b-v1.3.")
             precision = models.default_precision()
-            check_fits(model, precision, models.device(), freed=models.loaded_bytes())
+            if models.needs_load(choice, precision):
+                check_fits(choice.model, precision, models.device(), freed=models.idle_bytes())
         except (InputError, ModelLoadError) as err:
-            warn(str(err))
-            return {ui["message"]: message(str(err))}
-        models.choose(model, head)
-        values = {ui["model_info"]: models.describe(),
-                  ui["message"]: message(f"{model or 'The default model'} loads on the next Run, in {precision}.",
-                                         "note")}
-        if pair is not None and pair.gpu_only:  # the papers' pairs come with the papers' settings
+            return {ui["message"]: message(str(err)), ui["session"]: session}
+        session.choice = choice
+        name = choice.model or "The default model"
+        state = "is loaded" if not models.needs_load(choice, precision) else "loads on your next Run"
+        values = {ui["model_info"]: models.describe(choice), ui["session"]: session,
+                  ui["message"]: message(f"{name} {state}, in {precision}, for your races only: other visitors "
+                                         "keep their own model.", "note")}
+        if pair is not None and pair.gpu_only:  # the papers' pairs come with their papers' settings
             values[ui["preset"]] = GPU_PRESET
-            values.update({ui[f]: v for f, v in widget_values(PRESETS[GPU_PRESET]).items()})
+            values.update({ui[f]: v for f, v in widget_values(pair.tree_settings()).items()})
         return values
+
+    def describe(self, session: Session | None) -> str:
+        """The Settings panel's model line for this visitor."""
+        return self.models.describe(session.choice if session else None)

@@ -94,12 +94,13 @@ def layout(examples: list[str], precisions: list[str], precision: str, preset: s
 
 def _settings(ui: Ui, precisions: list[str], precision: str, preset_name: str, model_info: str,
               menu: list[str], chosen: str, menu_on: bool) -> None:
-    ui["model_info"] = gr.Markdown(model_info)
+    ui["model_info"] = gr.Markdown(model_info, elem_id="model-info")
     with gr.Row(visible=menu_on):
-        ui["model_menu"] = gr.Dropdown(menu, value=chosen, label="model and draft head", scale=3)
-        ui["model_id"] = gr.Textbox(label="model's hub id", max_lines=1, scale=2)
-        ui["head_id"] = gr.Textbox(label="draft head's hub id (or 'random')", max_lines=1, scale=2)
-        ui["choose"] = gr.Button("Use this model", size="sm", scale=1)
+        ui["model_menu"] = gr.Dropdown(menu, value=chosen, label="model and draft head (for your races only)", scale=3,
+                                       elem_id="model-menu")
+        ui["model_id"] = gr.Textbox(label="model's hub id", max_lines=1, scale=2, elem_id="model-id")
+        ui["head_id"] = gr.Textbox(label="draft head's hub id (or 'random')", max_lines=1, scale=2, elem_id="head-id")
+        ui["choose"] = gr.Button("Use this model", size="sm", scale=1, elem_id="choose")
     with gr.Row():
         for setting in RUN_SETTINGS:
             ui[setting.name] = widget(setting, setting.start(ui=True))

@@ -1,17 +1,31 @@
-"""The app's target and draft head: loaded on the first Run, shared by every session, decoding one race at a time."""
+"""The app's targets and draft heads: a cache shared by every visitor, read-only, bounded in memory.
+
+Each visitor picks a model and head for their own races (`ModelChoice`, kept in their Session); the pairs load on
+the Run that first needs them and stay cached for whoever asks next. A race holds its pair (`using`) for as long
+as it decodes: an idle pair is unloaded to make room for another, a pair in use never is. `lock` keeps two races
+from decoding at the same time (they would steal each other's cores and time each other).
+"""
 from __future__ import annotations
 
+import gc
 import os
+import re
 import threading
+import time
+from collections.abc import Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass
+from pathlib import Path
 from typing import Any
 
 import torch
 
+from components.inputs import InputError, text
 from components.tokens import escape
 from components.views import source_name
 from ddd import load_target, resolve_head
 from ddd.catalog import check_fits, choose_head
+from ddd.models import ModelLoadError
 from ddd.settings import PRECISIONS
 from ddd.turns import warm_up
 
@@ -20,6 +34,44 @@ from ddd.turns import warm_up
 CPU_PRECISION = "int8"
 RANDOM_HEAD_NOTE = (" A random head drafts almost nothing the target accepts (tau ≈ 1), so EAGLE-2 and DDD run "
                     "slower than plain decoding here.")
+# Pairs kept loaded at once (each precision of a model counts as one): the app's own and one a visitor chose.
+MAX_LOADED = 2
+MAX_ID_CHARS = 300
+ROOT = Path(__file__).resolve().parent.parent
+# One part of a hub id (owner or name): letters, digits, '-', '_' and '.', starting with a letter or digit and
+# not ending with '.' or '-'; so '.', '..' and '~' never pass.
+HUB_PART = re.compile(r"[A-Za-z0-9](?:[A-Za-z0-9._-]{0,94}[A-Za-z0-9_])?")
+
+
+def hub_id(value: Any, label: str, allowed: tuple[str, ...] = ()) -> str | None:
+    """A hub id (owner/name) typed in the page, or one of `allowed`; None when empty. Anything that is or could
+    be a path on this machine is refused: local directories are given on the command line (--model, --head)."""
+    value = text(value, label).strip()
+    if len(value) > MAX_ID_CHARS:
+        raise InputError(f"{label} is {len(value):,} characters long; a hub id has at most {MAX_ID_CHARS}.")
+    if not value or value in allowed:
+        return value or None
+    parts = value.split("/")
+    if len(parts) != 2 or not all(HUB_PART.fullmatch(p) and ".." not in p and "--" not in p for p in parts):
+        raise InputError(f"{label} {value!r} is not a hub id (owner/name: letters, digits, '-', '_' and '.'); local "
+                         "directories are given on the command line (python app.py --model DIR --head DIR).")
+    if any(os.path.lexists(base / value) for base in (Path.cwd(), ROOT)):
+        raise InputError(f"{label} {value!r} names a path on this server, not a hub id; local directories are given "
+                         "on the command line (python app.py --model DIR --head DIR).")
+    return value
+
+
+@dataclass(frozen=True)
+class ModelChoice:
+    """A visitor's model and head. model None: the embedded default; head None: the head choose_head picks for
+    the model. Typed ids are hub ids only (`hub_id`), checked again before they load."""
+
+    model: str | None = None
+    head: str | None = None
+
+    def check(self) -> None:
+        hub_id(self.model, "The model id")
+        hub_id(self.head, "The head id", ("random",))
 
 
 @dataclass
@@ -35,23 +87,43 @@ class ModelConfig:
                    os.environ.get("DDD_DEVICE") or None, os.environ.get("DDD_DTYPE") or None)
 
 
-class Models:
-    """The target and head in one precision, reloaded when a race asks for another; `lock` keeps races from
-    decoding at the same time (they would steal each other's cores and time each other)."""
+Key = tuple[str | None, str | None, str]  # model, head, precision
 
-    def __init__(self, config: ModelConfig):
+
+@dataclass
+class Loaded:
+    """One cached pair: read-only for every race that holds it."""
+
+    key: Key
+    target: Any
+    head: Any
+    note: str
+    nbytes: int
+    users: int = 0
+    used_at: float = 0.0
+    pinned: bool = False
+
+
+def weight_bytes(target: Any, head: Any) -> int:
+    modules = [m for m in (getattr(target, "model", None), head) if m is not None and hasattr(m, "parameters")]
+    return sum(p.numel() * p.element_size() for m in modules for p in m.parameters())
+
+
+class Models:
+    """The loaded pairs by (model, head, precision), at most `max_loaded` of them."""
+
+    def __init__(self, config: ModelConfig, max_loaded: int = MAX_LOADED):
         self.config = config
-        self.target: Any = None
-        self.head: Any = None
-        self.note = ""
-        self.measured: dict[str, dict[str, Any]] = {}  # the measured preset per precision (explorer.presets)
+        self.max_loaded = max_loaded
+        self.measured: dict[Key, dict[str, Any]] = {}  # the measured preset per pair (explorer.presets)
         self.lock = threading.Lock()
-        self._load_lock = threading.Lock()
+        self._cache_lock = threading.Lock()  # guards the cache and its users counts
+        self._load_lock = threading.Lock()  # one load at a time
+        self._loaded: dict[Key, Loaded] = {}
+        self._last: Loaded | None = None
         self.pinned: str | None = None  # the one precision offered, once loaded at start-up (pin)
 
-    @property
-    def loaded(self) -> bool:
-        return self.target is not None
+    # -- what is asked for -------------------------------------------------------------------------
 
     def device(self) -> str:
         return self.config.device or ("cuda" if torch.cuda.is_available() else "cpu")
@@ -62,60 +134,154 @@ class Models:
             return [self.pinned]
         return [p for p in PRECISIONS if p != "int8" or self.device() == "cpu"]
 
-    def pin(self) -> None:
-        """Load now and offer only this precision. On a ZeroGPU Space each race runs in a short-lived GPU
-        process: a model loaded there is gone after the call, so the models load once, at start-up."""
-        self.load()
-        self.pinned = self.target.precision
-
     def default_precision(self) -> str:
         return self.config.dtype or ("float16" if self.device().startswith("cuda") else CPU_PRECISION)
 
-    def needs_load(self, precision: str) -> bool:
-        return self.target is None or self.target.precision != precision
+    def source(self, choice: ModelChoice | None) -> tuple[str | None, str | None]:
+        """The model and head a choice names (None: the app's own, from the command line)."""
+        return (self.config.model, self.config.head) if choice is None else (choice.model, choice.head)
 
-    def load(self, precision: str | None = None):
-        """The target and head in `precision` (default: the loaded one, else the default); raises
-        ddd.ModelLoadError or ddd.HeadLoadError with a message for the page."""
-        with self._load_lock:
-            precision = precision or (self.target.precision if self.target else self.default_precision())
-            if self.needs_load(precision):
-                check_fits(self.config.model, precision, self.device(), freed=self.loaded_bytes())
-                self.target = self.head = None  # the old pair's memory goes before the new one loads
-                target = load_target(self.config.model, dtype=precision, device=self.device())
-                head, note = resolve_head(self.config.head, target)
-                warm_up(target, head)
-                untrained = choose_head(self.config.head, target.name).source is None
-                self.note = note + (RANDOM_HEAD_NOTE if untrained else "")
-                self.target, self.head = target, head
-        return self.target, self.head
+    def key(self, choice: ModelChoice | None, precision: str | None = None) -> Key:
+        return (*self.source(choice), precision or self.default_precision())
+
+    # -- the cache ---------------------------------------------------------------------------------
+
+    @property
+    def loaded(self) -> bool:
+        return bool(self._loaded)
+
+    @property
+    def target(self) -> Any:
+        """The target of the pair used last (None before any has loaded)."""
+        return self._last.target if self._last else None
+
+    @property
+    def head(self) -> Any:
+        return self._last.head if self._last else None
+
+    def needs_load(self, choice: ModelChoice | None = None, precision: str | None = None) -> bool:
+        return self.key(choice, precision) not in self._loaded
+
+    def install(self, target: Any, head: Any, choice: ModelChoice | None = None, note: str = "") -> Loaded:
+        """A pair loaded elsewhere (the tests, the recorder), cached under `choice` in its target's precision."""
+        key = self.key(choice, getattr(target, "precision", None))
+        entry = Loaded(key, target, head, note, weight_bytes(target, head), used_at=time.monotonic())
+        with self._cache_lock:
+            self._loaded[key] = entry
+        self._last = entry
+        return entry
+
+    def acquire(self, choice: ModelChoice | None = None, precision: str | None = None) -> Loaded:
+        """The pair for `choice` in `precision`, loaded if needed, held until `release`; raises ModelLoadError
+        or HeadLoadError with a message for the page."""
+        key = self.key(choice, precision)
+        entry = self._hold(key)
+        if entry is None:
+            with self._load_lock:
+                entry = self._hold(key) or self._load(key)
+        self._last = entry
+        return entry
+
+    def release(self, entry: Loaded) -> None:
+        with self._cache_lock:
+            entry.users = max(entry.users - 1, 0)
+            entry.used_at = time.monotonic()
+
+    @contextmanager
+    def using(self, choice: ModelChoice | None = None, precision: str | None = None) -> Iterator[Loaded]:
+        entry = self.acquire(choice, precision)
+        try:
+            yield entry
+        finally:
+            self.release(entry)
+
+    def load(self, precision: str | None = None, choice: ModelChoice | None = None) -> tuple[Any, Any]:
+        """The target and head for `choice` in `precision`, loaded and cached (not held)."""
+        with self.using(choice, precision) as entry:
+            return entry.target, entry.head
+
+    def pin(self) -> None:
+        """Load now, keep for good and offer only this precision. On a ZeroGPU Space each race runs in a
+        short-lived GPU process: a model loaded there is gone after the call, so the models load once, at start-up."""
+        with self.using() as entry:
+            entry.pinned = True
+        self.pinned = entry.key[2]
 
     def loaded_bytes(self) -> int:
-        """What the loaded target and head hold in weights (given back when another pair loads)."""
-        modules = [m for m in (self.target.model if self.target else None, self.head) if m is not None]
-        return sum(p.numel() * p.element_size() for m in modules for p in m.parameters())
+        return sum(e.nbytes for e in self._loaded.values())
 
-    def choose(self, model: str | None, head: str | None) -> None:
-        """Race another target and head from the next Run on (loaded then, after a memory check)."""
-        if self.pinned:
-            raise RuntimeError("The models of this Space load once, at start-up.")
-        with self._load_lock:
-            self.config = ModelConfig(model, head, self.config.device, self.config.dtype)
-            self.target = self.head = None
-            self.measured.clear()
-            self.note = ""
+    def idle_bytes(self) -> int:
+        """What unloading every pair no race holds would give back."""
+        with self._cache_lock:
+            return sum(e.nbytes for e in self._loaded.values() if not e.users and not e.pinned)
 
-    def describe(self) -> str:
-        """One Markdown line for the Settings panel: which model and head, and whether they are loaded."""
-        loaded = self.target.name if self.loaded else None  # the default comes from the package or the hub
-        model = source_name(self.config.model or loaded) if self.config.model or loaded else (
-            "SmolLM2-135M-Instruct (the default)")
-        choice = choose_head(self.config.head, self.config.model or loaded)
-        state = f"loaded in {self.target.precision}" if self.loaded else "loads on the first Run"
-        text = f"**Model:** {model} · **draft head:** {choice.label} · *{state}*"
-        if choice.source is None:
+    def _hold(self, key: Key) -> Loaded | None:
+        with self._cache_lock:
+            entry = self._loaded.get(key)
+            if entry is not None:
+                entry.users += 1
+                entry.used_at = time.monotonic()
+            return entry
+
+    def _load(self, key: Key) -> Loaded:
+        model, head_spec, precision = key
+        self._make_room(model, precision)
+        target = load_target(model, dtype=precision, device=self.device())
+        head, note = resolve_head(head_spec, target)
+        warm_up(target, head)
+        untrained = choose_head(head_spec, target.name).source is None
+        entry = Loaded(key, target, head, note + (RANDOM_HEAD_NOTE if untrained else ""), weight_bytes(target, head),
+                       users=1, used_at=time.monotonic())
+        with self._cache_lock:
+            self._loaded[key] = entry
+        return entry
+
+    def _make_room(self, model: str | None, precision: str) -> None:
+        """Unload idle pairs (least recently used first) until another fits; refuse while the others are in use."""
+        with self._cache_lock:
+            idle = sorted((e for e in self._loaded.values() if not e.users and not e.pinned), key=lambda e: e.used_at)
+            over = max(len(self._loaded) + 1 - self.max_loaded, 0)
+            if over > len(idle):
+                raise ModelLoadError(f"Other visitors' races are using the {len(self._loaded)} models this server "
+                                     "keeps loaded: press Run again when one has finished.")
+        # Nothing is unloaded for a model that would not fit even then.
+        check_fits(model, precision, self.device(), freed=sum(e.nbytes for e in idle))
+        evict = idle[:over]
+        try:
+            check_fits(model, precision, self.device(), freed=sum(e.nbytes for e in evict))
+        except ModelLoadError:  # it fits only once every idle pair is gone
+            evict = idle
+        with self._cache_lock:
+            self._unload([e for e in evict if not e.users])
+
+    def _unload(self, entries: list[Loaded]) -> int:
+        """Drop idle pairs from the cache (under _cache_lock); the bytes given back."""
+        for entry in entries:
+            self._loaded.pop(entry.key, None)
+            self.measured.pop(entry.key, None)
+            if self._last is entry:
+                self._last = None
+        if entries:
+            gc.collect()
+            if torch.cuda.is_available():
+                torch.cuda.empty_cache()
+        return sum(e.nbytes for e in entries)
+
+    # -- words -------------------------------------------------------------------------------------
+
+    def describe(self, choice: ModelChoice | None = None) -> str:
+        """One Markdown line for the Settings panel: the visitor's model and head, and whether they are loaded."""
+        model_spec, head_spec = self.source(choice)
+        entry = max((e for e in list(self._loaded.values()) if e.key[:2] == (model_spec, head_spec)),
+                    key=lambda e: e.used_at, default=None)
+        loaded = entry.target.name if entry else None  # the default comes from the package or the hub
+        model = source_name(model_spec or loaded) if model_spec or loaded else "SmolLM2-135M-Instruct (the default)"
+        head = choose_head(head_spec, model_spec or loaded)
+        state = f"loaded in {entry.target.precision}" if entry else "loads on your first Run"
+        text = f"**Model:** {escape(model)} · **draft head:** {escape(head.label)} · *{state}*"
+        if head.source is None:
             text += ("\n\n<div class='note-box'>No trained draft head: a random head drafts almost nothing the target "
                      "accepts, so the speculative columns will be slow. The recorded examples were made with a trained head.</div>")
-        elif choice.note:
-            text += f"\n\n<div class='note-box'>{escape(choice.note)}</div>"
+        elif head.note:
+            text += f"\n\n<div class='note-box'>{escape(head.note)}</div>"
         return text

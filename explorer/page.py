@@ -2,8 +2,12 @@
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import Any
 
 import gradio as gr
+from gradio.processing_utils import get_upload_folder
+from gradio.utils import is_in_or_equal
+from gradio_client.utils import is_http_url_like
 
 from components.exports import CACHE_CLEANUP
 
@@ -18,6 +22,51 @@ from .sessions import Session, Sessions
 from .viewing import Viewer
 
 QUEUE_SIZE = 64  # visitors waiting at most; past it the page says the queue is full
+# Races in the app's own line (explorer.sessions.Turnstile: one decodes, the others wait there, where Stop reaches
+# them at once, API calls included); the rest wait in Gradio's queue, where a browser's Stop still cancels them.
+RACE_SLOTS = 8
+
+
+class CheckedBlocks(gr.Blocks):
+    """gr.Blocks that answers a malformed call with a message, where Gradio itself would answer a bare "Error": too
+    few values for an event, or a file input that is not a file uploaded to this app (a path on the server, a URL:
+    never read, never fetched)."""
+
+    def validate_inputs(self, block_fn: Any, inputs: list[Any]) -> None:
+        if len(inputs) < len(block_fn.inputs):
+            names = ", ".join("null (the session)" if getattr(c, "stateful", False) else
+                              str(getattr(c, "label", None) or getattr(c, "elem_id", None) or type(c).__name__)
+                              for c in block_fn.inputs)
+            raise gr.Error(f"{_endpoint(block_fn)} takes {len(block_fn.inputs)} values, in this order: {names}; this "
+                           f"call sent {len(inputs)}.")
+
+    async def preprocess_data(self, block_fn: Any, inputs: list[Any], state: Any, explicit_call: bool = False) -> Any:
+        self.validate_inputs(block_fn, inputs)
+        for block, value in zip(block_fn.inputs, inputs):
+            if isinstance(block, (gr.UploadButton, gr.File)) and value is not None:
+                _check_upload(value, _endpoint(block_fn))
+        try:
+            return await super().preprocess_data(block_fn, inputs, state, explicit_call)
+        except gr.Error:
+            raise
+        except Exception as err:  # noqa: BLE001 - whatever Gradio raised on a value it could not read
+            raise gr.Error(f"{_endpoint(block_fn)} could not read the values it was sent ({type(err).__name__}): "
+                           "see the API page for what each one takes.") from None
+
+
+def _endpoint(block_fn: Any) -> str:
+    return f"/{block_fn.api_name}" if block_fn.api_name else "This event"
+
+
+def _check_upload(value: Any, endpoint: str) -> None:
+    """A file input must name a file uploaded to this app: its path inside Gradio's upload folder."""
+    path = value.get("path") if isinstance(value, dict) else None
+    uploaded = (isinstance(path, str) and not is_http_url_like(path)
+                and value.get("meta", {}).get("_type") == "gradio.FileData"
+                and is_in_or_equal(path, get_upload_folder()))
+    if not uploaded:
+        raise gr.Error(f"{endpoint} reads a run file uploaded to this app (upload it first, as gradio_client's "
+                       "handle_file does); it never reads a path on the server or fetches a URL.")
 
 
 @dataclass
@@ -31,18 +80,19 @@ class Page:
 
 def build_page(models: Models, shelf: ExampleShelf, sessions: Sessions | None = None) -> Page:
     sessions = sessions or Sessions()
-    with gr.Blocks(title="DDD Explorer", delete_cache=CACHE_CLEANUP) as demo:
+    with CheckedBlocks(title="DDD Explorer", delete_cache=CACHE_CLEANUP) as demo:
         ui = layout(list(shelf.files()), models.precisions(), models.default_precision(),
                     default_preset(models.device()), models.describe(), menu_labels(models.device()),
                     current_label(models), not models.pinned, Session, sessions.close)
         viewer = Viewer(ui, sessions, shelf)
         runner = Runner(ui, models, sessions, viewer, device_race(models), device_measure(models))
         _wire_viewing(demo, ui, viewer)
-        _wire_running(ui, runner, models)
         menu = ModelMenu(ui, models)
-        ui["choose"].click(menu.choose, ui.of(["model_menu", "model_id", "head_id"]),
-                           ui.of(["model_info", "message", "preset", *PRESET_FIELDS]), api_name="choose_model",
-                           concurrency_id="model", concurrency_limit=1)
+        # A choice only reads the model's config (to check it fits): it never waits behind a race.
+        ui["choose"].click(menu.choose, ui.of(["model_menu", "model_id", "head_id", "session"]),
+                           ui.of(["model_info", "message", "preset", *PRESET_FIELDS, "session"]),
+                           api_name="choose_model", concurrency_id="menu", concurrency_limit=2)
+        _wire_running(ui, runner, menu)
     demo.queue(default_concurrency_limit=4, max_size=QUEUE_SIZE)
     return Page(demo, ui, viewer, runner, menu)
 
@@ -67,16 +117,18 @@ def _wire_viewing(demo: gr.Blocks, ui: Ui, viewer: Viewer) -> None:
                      show_progress="hidden")
 
 
-def _wire_running(ui: Ui, runner: Runner, models: Models) -> None:
-    ui["preset"].input(runner.apply_preset, ui.of(["preset", "precision"]), ui.of(PRESET_FIELDS), api_name=False)
+def _wire_running(ui: Ui, runner: Runner, menu: ModelMenu) -> None:
+    ui["preset"].input(runner.apply_preset, ui.of(["preset", "precision", "session"]), ui.of(PRESET_FIELDS),
+                       api_name=False)
     run_inputs = ui.of(["prompt", *SETTINGS, "shade", "mode", "session"])
     replay_inputs, replay_outputs = ui.of(["shade", "speed", "session"]), ui.of([*COLUMNS, "message"])
     race_outputs = ui.of(RACE_OUTPUTS)
     for trigger, api_name in ((ui["run"].click, "run"), (ui["prompt"].submit, False)):
         event = trigger(runner.mark_queued, [ui["session"]], None, queue=False, api_name=False).then(
-            runner.run_race, run_inputs, race_outputs, api_name=api_name, concurrency_id="model", concurrency_limit=1)
-        event.then(models.describe, None, ui["model_info"], api_name=False)
+            runner.run_race, run_inputs, race_outputs, api_name=api_name, concurrency_id="race",
+            concurrency_limit=RACE_SLOTS)
+        event.then(menu.describe, [ui["session"]], ui["model_info"], api_name=False)
         event.then(runner.replay_finished_race, replay_inputs, replay_outputs, api_name=False, concurrency_limit=None)
     ui["replay"].click(runner.replay, replay_inputs, replay_outputs, api_name="replay", concurrency_limit=None)
-    ui["stop"].click(runner.request_stop, [ui["session"]], ui["message"], api_name="stop", concurrency_limit=None,
+    ui["stop"].click(runner.on_stop, [ui["session"]], ui["message"], api_name="stop", concurrency_limit=None,
                      queue=False)

@@ -21,7 +21,7 @@ from ddd.settings import Sampling, SettingsError
 from ddd.trace import RunTrace, Step
 from ddd.turns import Entry, start_race
 
-from .models import Models
+from .models import Loaded, ModelChoice, Models
 from .presets import measured_preset
 
 # What a ZeroGPU reservation is sized from: loading, plus each method's tokens at a 7B model's pace on a
@@ -39,6 +39,7 @@ class RaceRequest:
     sampling: Sampling
     precision: str
     stop_file: str = ""  # Stop creates this file; the race ends every run after its current step
+    choice: ModelChoice | None = None  # the visitor's model and head (None: the app's own)
 
 
 @dataclass
@@ -84,17 +85,29 @@ def prompt_tokens(target: Any, prompt: str, max_new_tokens: int, device: str) ->
 
 
 def race_events(models: Models, request: RaceRequest) -> Iterator[RaceEvent]:
-    """Load the models if needed, check the prompt, then race the entries one target forward each in turn."""
-    if models.needs_load(request.precision):
-        yield RaceEvent("loading", message=f"Loading the model in {request.precision} (and warming it up)…")
+    """Load the models if needed, check the prompt, then race the entries one target forward each in turn. The
+    race holds its model pair from loading to its last step, so that no other visitor's choice unloads it."""
+    choice, precision = request.choice, request.precision
     try:
-        target, head = models.load(request.precision)
-    except (ModelLoadError, HeadLoadError) as err:
+        if choice is not None:
+            choice.check()  # a typed id is a hub id still, and names nothing on this machine
+        if models.needs_load(choice, precision):
+            yield RaceEvent("loading", message=f"Loading the model in {precision} (and warming it up)…")
+        loaded = models.acquire(choice, precision)
+    except (ModelLoadError, HeadLoadError, InputError) as err:
         yield RaceEvent("error", message=f"Could not load the model: {err}")
         return
+    try:
+        yield from _race(models, loaded, request)
+    finally:
+        models.release(loaded)
+
+
+def _race(models: Models, loaded: Loaded, request: RaceRequest) -> Iterator[RaceEvent]:
     if stop_requested(request):
         yield RaceEvent("stopped", message="Stopped while the model was loading: nothing ran.")
         return
+    target, head = loaded.target, loaded.head
     try:
         prompt_tokens(target, request.prompt, request.max_new_tokens, models.device())
         # All runs are made first: a bad setting or prompt is reported before anything runs.
@@ -103,7 +116,7 @@ def race_events(models: Models, request: RaceRequest) -> Iterator[RaceEvent]:
     except (InputError, SettingsError, PromptError, ValueError) as err:
         yield RaceEvent("error", message=str(err))
         return
-    yield RaceEvent("start", traces=headers({n: run.trace for n, run in race.runs.items()}), note=models.note)
+    yield RaceEvent("start", traces=headers({n: run.trace for n, run in race.runs.items()}), note=loaded.note)
     with models.lock:
         # Stop pressed while another race held the models: nothing runs, not even a prefill.
         turns = iter(race) if not stop_requested(request) else iter(())
@@ -179,12 +192,11 @@ def device_race(models: Models) -> Callable[[RaceRequest], Iterator[RaceEvent]]:
     return on_device(race, gpu_seconds)
 
 
-def device_measure(models: Models) -> Callable[[str], dict[str, Any]]:
+def device_measure(models: Models) -> Callable[[str, ModelChoice | None], dict[str, Any]]:
     """Time this machine in a precision (ddd.bench.budget) and return the preset it finds (the caller keeps it: a GPU
     process keeps nothing between calls); raises what loading raises."""
-    def measure(precision: str) -> dict[str, Any]:
-        target, head = models.load(precision)
-        with models.lock:
-            return measured_preset(auto_budget(target, head))
+    def measure(precision: str, choice: ModelChoice | None = None) -> dict[str, Any]:
+        with models.using(choice, precision) as loaded, models.lock:
+            return measured_preset(auto_budget(loaded.target, loaded.head))
 
     return on_device(measure, GPU_MAX_S)

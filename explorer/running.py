@@ -15,17 +15,18 @@ from components.race import RACE_METHODS
 from components.replay import frame_times, steps_done
 from ddd import HeadLoadError, ModelLoadError
 
-from .layout import Ui
-from .models import Models
+from .layout import COLUMNS, Ui
+from .models import ModelChoice, Models
 from .presets import MEASURED, PRESET_FIELDS, PRESETS, race_entries, widget_values
 from .racing import LiveRace, RaceEvent, RaceRequest
-from .sessions import Session, Sessions
+from .sessions import Session, Sessions, Turnstile
 from .viewing import Viewer, message, warn
 
 RACING = ("<div class='headline empty'>Racing: plain, EAGLE-2 and DDD take turns, one target forward each, so a "
           "busy machine slows all three alike. The verdict comes at the end.</div>")
 RACING_STATUS = "Racing: each method takes one target forward in turn, so a busy machine slows all three alike…"
 REPLAY_FPS = 8
+WAIT_POLL_S = 0.2  # how often a race waiting for its turn looks at its Stop
 
 
 class Runner:
@@ -36,6 +37,7 @@ class Runner:
         self.ui, self.models, self.sessions, self.viewer = ui, models, sessions, viewer
         self.race, self.measure = race, measure
         self.stream_every_s = 0.12  # how often the streaming columns are redrawn
+        self.turns = Turnstile()
 
     # -- running --------------------------------------------------------------------------------------
 
@@ -48,13 +50,12 @@ class Runner:
         queued, session.queued = session.queued, False
         if queued and session.stop_requested:
             session.clear_stop()
-            yield self._error(session, "Stopped before the race started: nothing ran.")
+            yield self._error(session, "Stopped before the race started: nothing ran.", "note")
             return
         try:
             checked = race_inputs(prompt, max_new_tokens, temperature, top_p, seed, precision, self.models.precisions(),
                                   **dict(zip(TREE_NAMES, tree, strict=True)))
         except InputError as err:
-            warn(str(err))
             yield self._error(session, str(err))
             return
         if session.busy:
@@ -63,12 +64,31 @@ class Runner:
         session.busy = True
         session.clear_stop()
         request = RaceRequest(checked.prompt, race_entries(checked.tree), checked.max_new_tokens, checked.sampling,
-                              checked.precision or self.models.default_precision(), session.stop_file)
+                              checked.precision or self.models.default_precision(), session.stop_file, session.choice)
+        ticket = self.turns.join()
         try:
-            yield from self._race(request, shade, mode, session)
+            if (yield from self._wait_for_turn(ticket, session)):
+                yield from self._race(request, shade, mode, session)
         finally:
-            session.busy = False
+            self.turns.leave(ticket)
+            session.busy = session.waiting = False
             session.clear_stop()
+
+    def _wait_for_turn(self, ticket: object, session: Session) -> Iterator[dict]:
+        """Wait for the races ahead, saying how many there are; False when Stop came first."""
+        session.waiting, shown = True, 0
+        ahead = self.turns.ahead(ticket)
+        while ahead:
+            if session.stop_requested:
+                yield self._error(session, "Stopped while waiting for its turn: nothing ran.", "note")
+                return False
+            if ahead != shown:
+                shown = ahead
+                yield self._error(session, f"Waiting for its turn: {ahead} race{'s' if ahead > 1 else ''} ahead of "
+                                           "this one (Stop cancels it).", "note")
+            ahead = self.turns.ahead(ticket, WAIT_POLL_S)
+        session.waiting = False
+        return True
 
     def _race(self, request: RaceRequest, shade: bool, mode: str, session: Session) -> Iterator[dict]:
         live, last = LiveRace(), 0.0
@@ -77,9 +97,8 @@ class Runner:
             for event in events:
                 if event.kind == "loading":
                     yield self._live(live, shade, event.message, session)
-                elif event.kind == "error":
-                    warn(event.message)
-                    yield self._error(session, event.message)
+                elif event.kind == "error":  # nothing ran: the race shown before comes back, with why
+                    yield self.viewer.show_race(session, shade, mode, event.message, "error")
                     return
                 elif event.kind == "stopped":
                     yield self.viewer.show_race(session, shade, mode, event.message)
@@ -116,16 +135,26 @@ class Runner:
             values[ui[f"ans_{method}"]], values[ui[f"cnt_{method}"]] = column, count
         return {**values, ui["message"]: message(status, "note"), ui["headline"]: RACING, ui["session"]: session}
 
-    def _error(self, session: Session, text: str) -> dict:
-        return {self.ui["message"]: message(text, "error"), self.ui["session"]: session}
+    def _error(self, session: Session, text: str, kind: str = "error") -> dict:
+        return {self.ui["message"]: message(text, kind), self.ui["session"]: session}
+
+    def skip(self, names: list[str]) -> dict:
+        """Every output left as it is (Gradio 6 reads an empty dict as one value, not as "no change")."""
+        return {self.ui[name]: gr.skip() for name in names}
+
+    def on_stop(self, session: Session | None) -> dict:
+        """The Stop button: the message line says at once what it stopped (nothing, when nothing was going)."""
+        return message(self.request_stop(session), "note")
 
     def request_stop(self, session: Session | None) -> str:
-        if session is not None and (session.busy or session.replaying):
-            session.request_stop()
-            return "Stopping after the current step…" if session.busy else "Replay stopped."
-        if session is not None and session.queued:
+        if session is None:
+            return ""
+        if session.queued or session.waiting:
             session.request_stop()
             return "Stopped: the race waiting in the queue will not run."
+        if session.busy or session.replaying:
+            session.request_stop()
+            return "Stopping after the current step…" if session.busy else "Replay stopped."
         return ""
 
     def mark_queued(self, session: Session | None) -> None:
@@ -159,8 +188,9 @@ class Runner:
     def replay_finished_race(self, shade: bool, speed: str, session: Session | None) -> Iterator[dict]:
         """After a complete race, replay it once: the three ran one after another, this shows them side by side."""
         if session is None or not session.fresh:
-            # A generator that yields nothing clears its outputs, and with them the message a refused run left.
-            yield {}
+            # Nothing to replay: every output keeps what the run left (a generator that yields nothing would
+            # clear them, and with them the message a refused run left).
+            yield self.skip([*COLUMNS, "message"])
             return
         session.fresh = False
         yield from self.replay(shade, speed, session)
@@ -188,23 +218,24 @@ class Runner:
 
     # -- presets --------------------------------------------------------------------------------------
 
-    def apply_preset(self, name: str, precision: str | None = None) -> dict:
-        """The preset's tree settings; the measured one times this machine once per precision."""
+    def apply_preset(self, name: str, precision: str | None = None, session: Session | None = None) -> dict:
+        """The preset's tree settings; the measured one times this machine once per model pair and precision."""
         if name == MEASURED:
-            preset = self._measured(precision or self.models.default_precision())
+            preset = self._measured(precision or self.models.default_precision(), session.choice if session else None)
         else:
             preset = PRESETS.get(name)
         if preset is None:
-            return {}
+            return self.skip(PRESET_FIELDS)
         values = widget_values(preset)
         return {self.ui[f]: values[f] for f in PRESET_FIELDS}
 
-    def _measured(self, precision: str) -> dict[str, Any] | None:
-        if precision not in self.models.measured:
+    def _measured(self, precision: str, choice: ModelChoice | None) -> dict[str, Any] | None:
+        key = self.models.key(choice, precision)
+        if key not in self.models.measured:
             try:
-                self.models.measured[precision] = self.measure(precision)
+                self.models.measured[key] = self.measure(precision, choice)
             except (ModelLoadError, HeadLoadError) as err:
                 warn(f"Could not load the model: {err}")
                 return None
-            gr.Info(f"Measured this machine in {precision}: {self.models.measured[precision]['summary']}.")
-        return self.models.measured[precision]
+            gr.Info(f"Measured this machine in {precision}: {self.models.measured[key]['summary']}.")
+        return self.models.measured[key]

@@ -2,11 +2,14 @@
 from __future__ import annotations
 
 import tempfile
+import threading
 import uuid
 from pathlib import Path
 
 from components import Race
 from components.exports import ExportStore
+
+from .models import ModelChoice
 
 
 class Session:
@@ -16,12 +19,14 @@ class Session:
     def __init__(self, race: Race | None = None):
         self.race = race
         self.stop_file = str(Path(tempfile.gettempdir()) / f"ddd-stop-{uuid.uuid4().hex}")
-        self.busy = False  # a race is decoding
+        self.busy = False  # a race is going: waiting for its turn (`waiting`) or decoding
+        self.waiting = False  # its race waits for the races ahead of it (Stop then cancels it at once)
         self.replaying = False
         self.fresh = False  # a race just finished and has not been replayed yet
         self.queued = False  # Run was pressed and the race waits in the queue (Stop then cancels it)
         self.source: str | None = None  # the shipped example file the race came from, if it did
         self.file: str | None = None  # this session's race file in the export store
+        self.choice: ModelChoice | None = None  # the model menu's choice for this tab's races (None: the app's own)
 
     @property
     def stop_requested(self) -> bool:
@@ -58,3 +63,31 @@ class Sessions:
         session.file = self.exports.save(session.race, session.race.title or session.race.prompt,
                                           replacing=session.file)
         return session.file
+
+
+class Turnstile:
+    """Races take turns, first come first served (two at once would steal each other's cores and time each
+    other); a race waiting for its turn can leave at any moment, so Stop cancels it at once."""
+
+    def __init__(self) -> None:
+        self._changed = threading.Condition()
+        self._line: list[object] = []
+
+    def join(self) -> object:
+        ticket = object()
+        with self._changed:
+            self._line.append(ticket)
+        return ticket
+
+    def ahead(self, ticket: object, wait_s: float = 0.0) -> int:
+        """How many races are ahead of `ticket`, after waiting up to `wait_s` for that to change."""
+        with self._changed:
+            if wait_s and self._line.index(ticket):
+                self._changed.wait(wait_s)
+            return self._line.index(ticket)
+
+    def leave(self, ticket: object) -> None:
+        with self._changed:
+            if ticket in self._line:
+                self._line.remove(ticket)
+            self._changed.notify_all()

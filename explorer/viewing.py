@@ -73,7 +73,6 @@ class Viewer:
         try:
             session.race, session.source = self.shelf.read(path), str(path)
         except (RaceFileError, OSError) as err:
-            warn(str(err))
             return self.show_race(session, shade, mode, str(err), "error")
         return self.show_race(session, shade, mode)
 
@@ -84,7 +83,6 @@ class Viewer:
         try:
             session.race, session.source = load_race(file), None
         except RaceFileError as err:
-            warn(str(err))
             return self.show_race(session, shade, mode, f"Could not load that file: {err}", "error")
         return self.show_race(session, shade, mode)
 

@@ -111,13 +111,13 @@ FILE_CASES: list[tuple[str, Callable[[], bytes], str]] = [
     ("settings-unknown", lambda: changed({f"{DDD}.settings.depth": 3}), "unexpected field"),
     ("beam-width-string", lambda: changed({f"{DDD}.settings.beam_width": "8"}), "whole number"),
     ("beam-width-zero", lambda: changed({f"{DDD}.settings.beam_width": 0}), "outside"),
-    ("beam-width-huge", lambda: changed({f"{DDD}.settings.beam_width": 5000}), "outside 1..1024"),
+    ("beam-width-huge", lambda: changed({f"{DDD}.settings.beam_width": 5000}), "outside 1..32"),
     ("old-and-new-width", lambda: changed({f"{DDD}.settings.top_k": 8}), "unexpected field 'top_k'"),
     ("threshold-nan", lambda: raw_json(json.dumps(race_data()).replace('"threshold": -0.3', '"threshold": NaN')),
      "not a finite number"),
     ("threshold-positive", lambda: changed({f"{DDD}.settings.threshold": 0.5}), "outside -1000..0"),
     ("check-steps-word", lambda: changed({f"{DDD}.settings.check_steps": "some"}), "must be a list"),
-    ("check-steps-too-deep", lambda: changed({f"{DDD}.settings.check_steps": [60]}), "impossible"),
+    ("check-steps-too-deep", lambda: changed({f"{DDD}.settings.check_steps": [20]}), "impossible"),
     ("sampling-temperature", lambda: changed({f"{DDD}.sampling.temperature": -1}), "outside"),
     ("sampling-seed-huge", lambda: changed({f"{DDD}.sampling.seed": 2**70}), "outside"),
     ("sampling-seed-text", lambda: changed({f"{DDD}.sampling.seed": "abc"}), "whole number"),
@@ -242,7 +242,10 @@ INPUT_CASES = [
 
 def evil_race() -> bytes:
     """A valid race whose every free text field carries a payload."""
-    changes = {"title": PAYLOADS[2], "note": PAYLOADS[1], "traces.plain.steps.1.text": PAYLOADS[4]}
+    steps = race_data()["traces"]["plain"]["steps"]
+    text = "".join(PAYLOADS[4] if i == 1 else step["text"] for i, step in enumerate(steps))  # the run's text too
+    changes = {"title": PAYLOADS[2], "note": PAYLOADS[1], "traces.plain.steps.1.text": PAYLOADS[4],
+               "traces.plain.text": text}
     for method in ("plain", "eagle2", "ddd"):
         changes[f"traces.{method}.prompt"] = PAYLOADS[0]
         changes[f"traces.{method}.model"] = PAYLOADS[3]

@@ -57,7 +57,7 @@ def page(llama, llama_head):
     from explorer.page import build_page
 
     models = Models(ModelConfig(model="tiny", head="tiny"))
-    models.target, models.head = llama, llama_head
+    models.install(llama, llama_head)
     return build_page(models, ExampleShelf(EXAMPLES_DIR))
 
 

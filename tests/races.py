@@ -65,7 +65,9 @@ def plain_trace(n=6, ms=50.0):
 
 
 def hand_race():
-    eagle2 = make_trace("eagle2", [prefill(), spec_step(1), spec_step(2, accepted=0, path=(0,), bonus=(98, " hey"))])
+    nothing = small_pool({1: "rejected", 4: "rejected"})  # a step that accepted nothing: its path is the root alone
+    eagle2 = make_trace("eagle2", [prefill(), spec_step(1), spec_step(2, accepted=0, path=(0,), bonus=(98, " hey"),
+                                                                      pool=nothing)])
     ddd = make_trace("ddd", [
         prefill(),
         spec_step(1, calls=3, limit=6, checks=[(3, -0.9, True)]),  # early stop: ghost levels 4..6

@@ -195,7 +195,7 @@ def test_measured_preset_times_the_machine_once_and_fills_valid_settings(page):
         method_settings(method, **entries[method].settings).validate(models.head.draft_vocab_size)
     assert entries["ddd"].settings["total_tokens"] == entries["eagle2"].settings["total_tokens"]
     assert entries["ddd"].settings["check_steps"] == "all"
-    assert list(models.measured) == ["float32"]
+    assert list(models.measured) == [models.key(None, "float32")]  # per model pair and precision
     assert page.runner.apply_preset(MEASURED, "float32") == values  # reused, not measured again
 
 
@@ -253,7 +253,7 @@ def test_the_recorder_writes_every_example_with_the_app_race_loop(llama, llama_h
     from explorer.examples import record_examples
 
     models = Models(ModelConfig(dtype="float32"))
-    models.target, models.head = llama, llama_head
+    models.install(llama, llama_head)
     paths = record_examples(models, tmp_path, max_new_tokens=12)
     assert [p.stem for p in paths] == [e.stem for e in EXAMPLE_RUNS]
     for path, example in zip(paths, EXAMPLE_RUNS):
@@ -271,6 +271,6 @@ def test_the_hub_copy_of_the_default_model_names_the_weights_its_head_was_traine
     from ddd.models import DEFAULT_HUB_ID
 
     models = Models(ModelConfig())
-    models.target = SimpleNamespace(name=DEFAULT_HUB_ID, precision="float32")
+    models.install(SimpleNamespace(name=DEFAULT_HUB_ID, precision="float32"), None)
     text = models.describe()
     assert "shipped head" in text and "Q4_1" in text and "random" not in text

@@ -59,7 +59,7 @@ BROKEN = {
          r"wrong shapes: midlayer.mlp.down_proj.weight \[64, 100\] \(expected \[64, 128\]\)"),
         (edit_state(**{"norm.weight": None}), "missing norm.weight"),
         (edit_state(**{"input_norm.weight": torch.ones(192)}), "unexpected input_norm.weight"),
-        (edit_state(**{"fc.weight": torch.zeros(32, 96)}), "hidden size: head 32, target 64"),
+        (edit_state(**{"fc.weight": torch.zeros(32, 96)}), r"fc.weight \[32, 96\] \(expected \[64, 192\]\)"),
         (edit_config(target_hidden_size=4096), "target hidden size: head 4096, target 64"),
         (edit_config(vocab_size=999), "vocabulary: head 999"),
         (edit_state(d2t=shifted_d2t), "points outside the target's"),

@@ -14,7 +14,9 @@ import ddd.catalog
 from ddd.catalog import PAIRS, check_fits, parameter_count
 from ddd.models import ModelLoadError
 from explorer.choosing import OTHER, menu_labels
-from tests.tiny import hub_snapshot, message_of, save_tiny_model
+from explorer.models import ModelChoice
+from explorer.sessions import Session
+from tests.tiny import hub_snapshot, message_of, race_frames, save_tiny_model
 
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -40,27 +42,73 @@ def test_a_cpu_is_offered_the_default_and_a_gpu_the_papers_pairs_too():
                                            "yuhuili/EAGLE3-LLaMA3.1-Instruct-8B"}
 
 
-def test_the_typed_choice_is_kept_for_the_next_run(page):
-    models = page.runner.models
-    out = page.ui.named(page.menu.choose(OTHER, "tiny-org/not-downloaded", "random"))
-    if "loads on the next Run" in message_of(out):  # a hub is reachable here and the config came
-        assert models.config.model == "tiny-org/not-downloaded" and not models.loaded
-    else:  # offline: the config could not be fetched, and the loaded model stays
-        assert "Could not" in message_of(out) and models.loaded
+def test_the_typed_choice_is_kept_for_this_visitor_only(page):
+    models, session = page.runner.models, Session()
+    out = page.ui.named(page.menu.choose(OTHER, "tiny-org/not-downloaded", "random", session))
+    if "next Run" in message_of(out):  # a hub is reachable here and the config came
+        assert session.choice == ModelChoice("tiny-org/not-downloaded", "random")
+    else:  # offline: the config could not be fetched, and nothing changes
+        assert "Could not" in message_of(out) and session.choice is None
+    assert models.loaded and models.config.model == "tiny"  # nothing loaded or unloaded for anyone
+
+
+def test_a_choice_changes_nothing_for_other_visitors(page):
+    """Visitor A picks the default pair: B's race still runs on the app's own model, which stays loaded."""
+    models, a, b = page.runner.models, Session(), Session()
+    target = models.target
+    out = page.ui.named(page.menu.choose(PAIRS[0].label, "", "", a))
+    assert "your races only" in message_of(out) and a.choice == ModelChoice(None, None) and b.choice is None
+    assert models.target is target and not models.needs_load(None, "float32")
+    race_frames(page, "the cat sat", b)
+    assert {t.model for t in b.race.traces.values()} == {target.name}
+    assert "loads on your first Run" in page.menu.describe(a) and "loaded in float32" in page.menu.describe(b)
+
+
+PATH_LIKE = ["assets/head", "assets/..", "assets/.", "./assets", "../main", "/etc/passwd", "~/x", "~root/x",
+             "tests/tiny.py", "a/../b", "a/b/c", "a\\b", "owner/.hidden", "owner/name.", "owner/-x", "a--b/c",
+             "https://huggingface.co/x", "owner/na me"]
 
 
 @pytest.mark.parametrize("label, model, words", [
     (OTHER, "", "Type a model"),
     (OTHER, "no such thing at all", "not a hub id"),
-    (OTHER, str(ROOT), "local directories are given on the command line"),
+    (OTHER, str(ROOT), "not a hub id"),
     (OTHER, "x" * 400, "at most 300"),
     ("a pair that is not offered", "", "no model choice called"),
     (PAIRS[1].label, "", "no model choice called"),  # a GPU pair, on this CPU
+    *[(OTHER, path, "command line") for path in PATH_LIKE],
 ])
 def test_a_bad_choice_says_why_and_keeps_the_model(page, label, model, words):
-    before = page.runner.models.config
-    out = page.ui.named(page.menu.choose(label, model, ""))
-    assert words in message_of(out) and page.runner.models.config is before
+    before, session = page.runner.models.config, Session()
+    out = page.ui.named(page.menu.choose(label, model, "", session))
+    assert words in message_of(out) and page.runner.models.config is before and session.choice is None
+
+
+@pytest.mark.parametrize("head", ["assets/head", "../x", "/tmp", "assets/.."])
+def test_a_path_like_head_id_is_refused(page, head):
+    session = Session()
+    out = page.ui.named(page.menu.choose(OTHER, "tiny-org/tiny-llama", head, session))
+    assert "command line" in message_of(out) and session.choice is None
+
+
+def test_a_typed_id_that_became_a_path_is_refused_at_run_time(page, tmp_path, monkeypatch):
+    (tmp_path / "owner").mkdir()
+    (tmp_path / "owner" / "model").mkdir()
+    monkeypatch.chdir(tmp_path)
+    session = Session()
+    session.choice = ModelChoice("owner/model", None)
+    frames = race_frames(page, "the cat sat", session)
+    assert "names a path on this server" in message_of(frames[-1]) and session.race is None
+
+
+def test_the_cache_keeps_pairs_in_use_and_unloads_idle_ones(page):
+    models = page.runner.models
+    first = models.acquire(None, "float32")
+    models.max_loaded = 1
+    with pytest.raises(ModelLoadError, match="Other visitors' races are using"):
+        models.acquire(ModelChoice(None, None), "float32")  # the one pair is held by a race: never unloaded
+    models.release(first)
+    assert not models.needs_load(None, "float32")
 
 
 # A race through hub ids alone, in a fresh interpreter (huggingface_hub reads HF_HOME and HF_HUB_OFFLINE
@@ -73,8 +121,8 @@ from explorer.page import build_page
 from explorer.sessions import Session
 from tests.tiny import race_frames
 page = build_page(Models(ModelConfig(dtype="float32")), ExampleShelf("assets/examples"))
-page.menu.choose("another model (type its ids below)", "tiny-org/tiny-llama", "tiny-org/tiny-head")
 session = Session()
+page.menu.choose("another model (type its ids below)", "tiny-org/tiny-llama", "tiny-org/tiny-head", session)
 race_frames(page, "the cat sat", session)
 traces = session.race.traces
 print(json.dumps({"methods": list(traces), "texts": len({t.text for t in traces.values()}),

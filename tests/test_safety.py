@@ -150,15 +150,32 @@ def test_stop_while_queued_cancels_the_race(page):
     assert not session.queued and not session.stop_requested and not session.busy
 
 
+def test_stop_while_waiting_for_another_race_ends_it_at_once(page):
+    runner, session = page.runner, Session()
+    ahead = runner.turns.join()  # another visitor's race has the turn
+    try:
+        frames = runner.run_race("the cat sat", *SETTINGS, True, TREE_MODE, session)
+        first = page.ui.named(next(frames))
+        assert "1 race ahead of this one" in message_of(first) and session.waiting
+        assert runner.request_stop(session).startswith("Stopped: the race waiting")
+        started = time.monotonic()
+        rest = [page.ui.named(f) for f in frames]
+        assert "nothing ran" in message_of(rest[-1]) and time.monotonic() - started < 2
+        assert session.race is None and not session.busy and not session.waiting and not session.stop_requested
+    finally:
+        runner.turns.leave(ahead)
+    assert race_frames(page, "the cat sat", session)[-1]["summary"] is not None  # and its next Run races
+
+
 def test_stop_while_loading_runs_nothing_and_keeps_the_shown_race(page, monkeypatch):
     session, models = Session(race=hand_race()), page.runner.models
-    loaded = models.load
+    acquire = models.acquire
 
-    def slow_load(precision=None):
+    def slow_load(choice=None, precision=None):
         page.runner.request_stop(session)  # pressed while the model loads
-        return loaded(precision)
+        return acquire(choice, precision)
 
-    monkeypatch.setattr(models, "load", slow_load)
+    monkeypatch.setattr(models, "acquire", slow_load)
     frames = race_frames(page, "the cat sat", session)
     assert "Stopped while the model was loading" in message_of(frames[-1])
     assert session.race.title == "hand race" and not session.busy
@@ -186,6 +203,7 @@ def test_a_one_step_race_gets_a_working_slider(tmp_path, page):
     data = race_data()
     for trace in data["traces"].values():
         trace["steps"], trace["summary"] = trace["steps"][:1], {}
+        trace["text"] = trace["steps"][0]["text"]
     path = tmp_path / "one-step.json"
     path.write_text(json.dumps(data))
     out = page.ui.named(page.viewer.load_file(str(path), True, TREE_MODE, Session()))

@@ -61,7 +61,7 @@ def spaces(monkeypatch):
 @pytest.fixture
 def zero_page(spaces, llama, llama_head):
     models = Models(ModelConfig(model="tiny", head="tiny", dtype="float32"))
-    models.target, models.head = llama, llama_head
+    models.install(llama, llama_head)
     return build_page(models, ExampleShelf(EXAMPLES_DIR))
 
 

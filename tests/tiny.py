@@ -102,21 +102,22 @@ def fit_head(target: Target, prompts: list[str] = PROMPTS, steps: int = 300, see
 
 
 def fit_eagle3_head(target: Target, prompts: list[str] = PROMPTS, steps: int = 300, seed: int = 0,
-                    draft_vocab: torch.Tensor | None = None) -> Eagle3Head:
+                    draft_vocab: torch.Tensor | None = None, hidden: int | None = None) -> Eagle3Head:
     """An EAGLE-3 head fitted the same way, by cross-entropy only, at the first draft level and at the second
     (where it reads its own output), on features of the three hidden states 0, 1 and 2 (the tiny models have
-    two layers: too few for the official choice)."""
+    two layers: too few for the official choice). hidden: the head's own width (default: the target's)."""
     torch.manual_seed(seed)
     model = target.model
     seqs, valid = greedy_answers(target, prompts)
-    head = new_eagle3_head(target, draft_vocab=draft_vocab, seed=seed, layers=(0, 1, 2)).train().requires_grad_(True)
+    head = new_eagle3_head(target, draft_vocab=draft_vocab, seed=seed, layers=(0, 1, 2), hidden=hidden)
+    head = head.train().requires_grad_(True)
     with torch.no_grad():
         output = model.model(input_ids=seqs, output_hidden_states=head.hidden_state_ids)
         aux = head.target_features(output)
         # The target's next-token distribution after each position, over the head's draft vocabulary.
         probs = model.lm_head(output.last_hidden_state).softmax(-1)[..., head.draft_to_target()]
         probs = probs / probs.sum(-1, keepdim=True)
-    embed = model.get_input_embeddings()
+    embed = head.embedding(target)
     opt = torch.optim.AdamW(head.parameters(), lr=1e-2)
     positions = torch.arange(seqs.shape[1] - 2)[None].expand(len(seqs), -1)
     for _ in range(steps):
@@ -184,7 +185,7 @@ def record_tiny_race(target: Target, head, prompt: str = "one two three"):
     from explorer.models import ModelConfig, Models
 
     models = Models(ModelConfig(dtype=target.precision))
-    models.target, models.head = target, head
+    models.install(target, head)
     return record_race(models, prompt, "tiny example", max_new_tokens=32,
                        changes=dict(beam_width=4, draft_calls=4, total_tokens=20, check_steps="3,5,7"))
 

@@ -77,6 +77,9 @@ def _head(args, target, train: list[Text], state: dict | None):
         head = load_head(args.init, target)
         if head.kind != "eagle3":
             raise TrainError(f"--init {args.init} is an {head.kind} head; distillation trains EAGLE-3 heads.")
+        if head.config.hidden_size != target.hidden_size:
+            raise TrainError(f"--init {args.init} is {head.config.hidden_size} wide and {target.name} "
+                             f"{target.hidden_size}: distillation trains heads of their target's width.")
         try:
             if args.head_layers and args.head_layers < head.config.num_hidden_layers:
                 head = shallower(head, args.head_layers)

@@ -100,7 +100,8 @@ def with_vocab(head: Eagle3Head, vocab: torch.Tensor, target_lm: torch.Tensor) -
     rows = source[vocab] @ carry
     rows[torch.searchsorted(vocab, have)] = old
     with seeded(0):  # every weight is overwritten below: the seed only keeps the caller's draws untouched
-        grown = Eagle3Head(copy.deepcopy(head.config), head.aux_layers, d2t_of(vocab), head.draft_hidden)
+        grown = Eagle3Head(copy.deepcopy(head.config), head.aux_layers, d2t_of(vocab), head.draft_hidden,
+                           target_hidden=head.target_hidden)
     grown = grown.to(device=old.device, dtype=head.fc.weight.dtype)
     state = head.state_dict()
     state["lm_head.weight"] = rows.to(head.lm_head.weight.dtype)
@@ -114,7 +115,8 @@ def _rebuilt(head: Eagle3Head, seed: int, layers: tuple[int, ...] | None = None,
     for name, value in config.items():
         setattr(grown, name, value)
     with seeded(seed):
-        new = Eagle3Head(grown, head.aux_layers if layers is None else layers, head.d2t.clone(), head.draft_hidden)
+        new = Eagle3Head(grown, head.aux_layers if layers is None else layers, head.d2t.clone(), head.draft_hidden,
+                         target_hidden=head.target_hidden)
     return new.to(device=head.d2t.device, dtype=head.fc.weight.dtype)
 
 
@@ -138,7 +140,7 @@ def with_features(head: Eagle3Head, layers: tuple[int, ...]) -> Eagle3Head:
     check_first_layer(layers)
     wide = _rebuilt(head, 0, layers)
     state = head.state_dict()
-    size = head.config.hidden_size
+    size = head.target_hidden  # fc's columns come in blocks of the target's width, one block a feature layer
     fc = torch.zeros_like(wide.fc.weight)
     for k, layer in enumerate(head.aux_layers):
         at = layers.index(layer)

@@ -1,0 +1,167 @@
+"""A run file's numbers checked against each other, after every field has been checked on its own.
+
+A file whose every field is in range can still contradict itself: a step that emits fifty copies of its tokens,
+a pool deeper than its draft calls, a verified count no pool holds, timings of zero, a race whose columns
+answered different prompts. The views would show such numbers as facts (a speed-up of 125x, "kept the 39,999"
+of a 47-node pool) or draw them for minutes (a chain 4,096 levels deep). So every count the views derive from is
+checked here against what the run's own settings can produce, with the app's own limits (ddd.settings, the
+declarations' ui ranges); what the views can recompute (the summary, the answer's text) is recomputed instead.
+"""
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass
+
+from ddd.metrics import summarize
+from ddd.settings import MAX_NEW_TOKENS, Sampling, parse_settings
+from ddd.trace import RunTrace, Step
+
+from .inputs import PROMPT_LIMITS
+from .race import METHOD_LABELS, RaceFileError
+
+Fail = Callable[[str, str], RaceFileError]
+# What a race in this app can hold: its max new tokens, and the longest prompt any device reads.
+MAX_TOKENS = int(MAX_NEW_TOKENS.bounds(ui=True)[1])
+MAX_PROMPT_TOKENS = max(limit.prompt_tokens for limit in PROMPT_LIMITS.values())
+SHARED = ("prompt", "prompt_tokens", "precision", "model", "device")  # one of each per race
+
+
+@dataclass(frozen=True)
+class Shape:
+    """The largest draft a run's settings make in one step."""
+
+    calls: int  # draft calls (tree depth)
+    width: int | None  # beam width: K nodes at the root call, K x K candidates per later call (None: static tree)
+    nodes: int  # drafted nodes of a static tree
+    verified: int  # nodes sent to the target, the root included
+    checks: bool  # whether the run checks its confidence (DDD)
+
+    @classmethod
+    def of(cls, trace: RunTrace) -> "Shape | None":
+        if trace.method == "plain":
+            return None
+        settings = parse_settings(trace.method, trace.settings)
+        if trace.method == "eagle":
+            tree = settings.tree
+            return cls(max(len(p) for p in tree), None, len(tree), len(tree) + 1, False)
+        calls = settings.draft_calls if trace.method == "eagle2" else settings.max_draft_calls
+        return cls(calls, settings.beam_width, 0, settings.total_tokens, trace.method == "ddd")
+
+    def pool(self, calls: int) -> int:
+        """The most nodes `calls` draft calls put in the pool, the root included."""
+        if self.width is None:
+            return self.nodes + 1
+        return 1 + (self.width + (calls - 1) * self.width ** 2 if calls else 0)
+
+
+def check_run(trace: RunTrace, where: str, fail: Fail) -> RunTrace:
+    """`trace` if its numbers agree with each other and its settings; its summary and text recomputed."""
+    if not 1 <= trace.prompt_tokens <= MAX_PROMPT_TOKENS:
+        raise fail(f"{where}.prompt_tokens", f"is {trace.prompt_tokens}; a race here reads 1 to "
+                                             f"{MAX_PROMPT_TOKENS:,} prompt tokens")
+    tokens = sum(len(s.token_ids) for s in trace.steps)
+    if tokens > MAX_TOKENS:
+        raise fail(f"{where}.steps", f"emit {tokens:,} tokens; a race here writes at most {MAX_TOKENS} "
+                                     f"(max new tokens)")
+    shape = Shape.of(trace)
+    for position, step in enumerate(trace.steps):
+        _step(step, shape, f"{where}.steps[{position}]", fail)
+    text = "".join(s.text for s in trace.steps)
+    if trace.text and trace.text != text:
+        raise fail(f"{where}.text", "differs from the text its steps emitted")
+    trace.text = text
+    if trace.summary:  # never trusted: the figures come from the steps (a stopped run's file has none)
+        trace.summary = summarize(trace.steps)
+    return trace
+
+
+def _step(step: Step, shape: Shape | None, where: str, fail: Fail) -> None:
+    if not step.ms > 0:
+        raise fail(where, "took no time (draft_ms + verify_ms + other_ms is 0); a recorded step always takes some")
+    if step.prefill != (step.index == 0):
+        raise fail(f"{where}.prefill", "must be true for step 0, the prefill, and for no other step")
+    drafting = (step.draft_calls, step.max_draft_calls, step.verified, step.accepted, step.pool, step.checks,
+                step.confidence, step.accepted_path, step.bonus_id)
+    if step.prefill or shape is None:
+        what = "a prefill" if step.prefill else "a plain decoding step"
+        if len(step.token_ids) != 1:
+            raise fail(f"{where}.token_ids", f"holds {len(step.token_ids)} tokens; {what} emits one")
+        if any(value for value in drafting):
+            raise fail(where, f"records drafting, but {what} drafts nothing")
+        return
+    if len(step.token_ids) != step.accepted + 1:
+        raise fail(f"{where}.token_ids", f"holds {len(step.token_ids)} tokens, but a step that accepted "
+                                         f"{step.accepted} draft tokens emits {step.accepted + 1} (those and the "
+                                         f"target's own)")
+    if step.max_draft_calls > shape.calls:
+        raise fail(f"{where}.max_draft_calls", f"is {step.max_draft_calls}, more than the run's settings allow "
+                                               f"({shape.calls})")
+    if step.draft_calls > step.max_draft_calls:
+        raise fail(f"{where}.draft_calls", f"is {step.draft_calls}, more than its max_draft_calls "
+                                           f"({step.max_draft_calls})")
+    if step.accepted > step.draft_calls:
+        raise fail(f"{where}.accepted", f"is {step.accepted}, more than the {step.draft_calls} levels drafted")
+    if step.verified > shape.verified:
+        raise fail(f"{where}.verified", f"is {step.verified}, more than the {shape.verified} tokens its settings "
+                                        "verify")
+    if len(step.confidence) > step.draft_calls:
+        raise fail(f"{where}.confidence", f"lists {len(step.confidence)} values for {step.draft_calls} draft calls")
+    _checks(step, shape, where, fail)
+    if step.pool:
+        _pool(step, shape, where, fail)
+
+
+def _checks(step: Step, shape: Shape, where: str, fail: Fail) -> None:
+    if step.checks and not shape.checks:
+        raise fail(f"{where}.checks", "lists confidence checks, but only DDD checks its confidence")
+    calls = [c.call for c in step.checks]
+    if calls != sorted(set(calls)) or any(c > step.draft_calls for c in calls):
+        raise fail(f"{where}.checks", f"must be after distinct draft calls in order, each at most the "
+                                      f"{step.draft_calls} made")
+    if any(c.stop for c in step.checks[:-1]):
+        raise fail(f"{where}.checks", "go on after a check that stopped the drafting")
+
+
+def _pool(step: Step, shape: Shape, where: str, fail: Fail) -> None:
+    pool = step.pool
+    most = shape.pool(step.draft_calls)
+    if len(pool) > most:
+        raise fail(f"{where}.pool", f"holds {len(pool):,} nodes; {step.draft_calls} draft calls of its settings make "
+                                    f"at most {most:,}")
+    if max(n.depth for n in pool) > step.draft_calls:
+        raise fail(f"{where}.pool", f"holds nodes deeper than the {step.draft_calls} levels drafted")
+    if shape.width is not None and any(n.rank >= shape.width for n in pool):
+        raise fail(f"{where}.pool", f"ranks a node {max(n.rank for n in pool)}, beyond a beam of {shape.width}")
+    verified = sum(1 for n in pool if n.status != "pruned")
+    if verified != step.verified:
+        raise fail(f"{where}.verified", f"is {step.verified} but the pool holds {verified} verified nodes (the "
+                                        "root included)")
+    path = step.accepted_path
+    if {n.index for n in pool if n.status == "accepted"} != set(path[1:]):
+        raise fail(f"{where}.accepted_path", "does not list the nodes the pool marks accepted")
+    nodes = {n.index: n for n in pool}
+    drafted = [nodes[i].token_id for i in path[1:step.accepted + 1]]
+    if step.token_ids[:step.accepted] != drafted:
+        raise fail(f"{where}.token_ids", "are not the tokens of the accepted path")
+    # The last token is the target's own (the bonus), or an accepted draft token that ended the answer.
+    last = {step.bonus_id} | ({nodes[path[step.accepted + 1]].token_id} if len(path) > step.accepted + 1 else set())
+    if step.bonus_id is not None and step.token_ids[-1] not in last:
+        raise fail(f"{where}.token_ids", "end with a token that is neither the bonus token nor drafted")
+
+
+def check_race(traces: dict[str, RunTrace], fail: Fail) -> None:
+    """The runs of one race answered one prompt on one model, in one precision and with one sampling."""
+    names = list(traces)
+    first = traces[names[0]]
+    for name in names[1:]:
+        trace = traces[name]
+        for field in SHARED:
+            if getattr(trace, field) != getattr(first, field):
+                raise fail(f"traces.{name}.{field}", f"differs from traces.{names[0]}.{field}: the runs of one race "
+                                                     "share one prompt, model, device and precision")
+        if Sampling(**trace.sampling) != Sampling(**first.sampling):
+            raise fail(f"traces.{name}.sampling", f"differs from traces.{names[0]}.sampling: the runs of one race "
+                                                  "sample alike")
+    heads = {t.head for t in traces.values() if t.method != "plain"}
+    if len(heads) > 1:
+        raise fail("traces", f"draft with different heads ({', '.join(METHOD_LABELS[m] for m in names)})")
