@@ -15,7 +15,8 @@ import pytest
 
 from explorer.layout import RACE_OUTPUTS
 from tests.conftest import AppServer
-from tests.test_browser import CHROMIUM, Browser, text_of, type_into
+from tests.test_browser import CHROMIUM, Browser, text_of, type_into, upload
+from tests.test_file_checks import freezing_files
 from tests.tiny import RACE_SETTINGS, TREE_MODE, hub_snapshot, save_tiny_model
 
 pytestmark = pytest.mark.slow
@@ -28,6 +29,12 @@ SETTINGS_BUTTON = ("[...document.querySelectorAll('button')].find(b => b.innerTe
                    "?.click()")
 INFO = "(document.querySelector('.race-info')?.innerText || '')"
 MESSAGE = text_of("message")
+# What the page says of each file that froze a tab (tests/test_file_checks.py builds them).
+FREEZING_MESSAGES = {
+    "4096-draft-calls": "more than the run's settings allow",
+    "4096-deep-chain": "more than the run's settings allow",
+    "40000-nodes": "holds 40,000 nodes",
+}
 
 
 @pytest.fixture(scope="module")
@@ -166,6 +173,24 @@ def test_refused_stopped_and_failed_runs_leave_no_error_pill(server, browser):
     assert browser.js(ERROR_PILLS) == 0, browser.js(MESSAGE)
     assert "Racing" not in browser.js(text_of("headline"))
     assert "waiting for its turn" not in browser.js(text_of("ans-plain"))
+
+
+@needs_chromium
+def test_files_that_froze_a_tab_are_refused_with_a_message_in_the_page(server, browser, tmp_path):
+    """The run files that once blocked a visitor's tab for minutes: the page says why each is refused, at once,
+    with no "Error" pill, and keeps the race it showed."""
+    new_tab(browser, server.url)
+    shown = browser.js(INFO)
+    for name, words in FREEZING_MESSAGES.items():
+        path = tmp_path / f"{name}.json"
+        path.write_text(json.dumps(freezing_files()[name]))
+        started = time.monotonic()
+        upload(browser, path)
+        wait_for(browser, f"{MESSAGE}.includes({json.dumps(words)})", 60, f"the refusal of {name}")
+        assert time.monotonic() - started < 30, name  # an upload and a server round trip, not a drawing
+        settle(browser)
+        assert browser.js(ERROR_PILLS) == 0, browser.js(MESSAGE)
+        assert browser.js(INFO) == shown
 
 
 def test_stop_while_queued_over_the_api_says_so_at_once(server):
