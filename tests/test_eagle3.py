@@ -14,7 +14,7 @@ from ddd import Eagle3Head, RunTrace, generate, load_head, new_eagle3_head, save
 from ddd.drafting import HeadRunner
 from ddd.eagle3 import aux_layers_of, default_aux_layers
 from tests.heads import LAYERS, outputs, sample_inputs
-from tests.tiny import PROMPTS, TREE_SETTINGS, UNSEEN
+from tests.tiny import PROMPTS, TREE_SETTINGS, UNSEEN, runs_equal_to_plain
 
 PUBLISHED_KEYS = {
     "fc.weight", "norm.weight", "lm_head.weight", "d2t", "t2d", "midlayer.input_layernorm.weight",
@@ -163,15 +163,9 @@ def test_official_checkpoint_loads_in_both_formats(tmp_path, llama, llama_eagle3
 @pytest.mark.parametrize("method", ["eagle", "eagle2", "ddd"])
 def test_greedy_equals_plain_greedy(tmp_path, llama, llama_eagle3_head, method):
     head = load_head(save_head(llama_eagle3_head, tmp_path), llama)
-    accepted = 0
-    for prompt in PROMPTS[:3] + UNSEEN:
-        plain = generate(llama, None, prompt, "plain", max_new_tokens=40)
-        list(plain)
-        for settings in TREE_SETTINGS[method]:
-            run = generate(llama, head, prompt, method, max_new_tokens=40, **settings)
-            accepted += sum(s.accepted for s in run)
-            assert run.token_ids == plain.token_ids, (prompt, settings)
-            assert run.trace.head_kind == "eagle3"
+    runs = runs_equal_to_plain(llama, head, PROMPTS[:3] + UNSEEN, [(method, s) for s in TREE_SETTINGS[method]], 40)
+    assert {run.trace.head_kind for run in runs} == {"eagle3"}
+    accepted = sum(s.accepted for run in runs for s in run.trace.steps)
     assert accepted > 50  # long accepted paths were exercised
 
 

@@ -14,7 +14,7 @@ from ddd.drafting import HeadRunner
 from ddd.head import for_target
 from ddd.train import cli as train
 from tests.heads import LAYERS, outputs
-from tests.tiny import CORPUS, PROMPTS, UNSEEN, fit_eagle3_head
+from tests.tiny import CORPUS, PROMPTS, UNSEEN, fit_eagle3_head, runs_equal_to_plain
 
 TARGET_WIDTH = 64  # tests/tiny.py
 WIDTHS = (32, 96)  # narrower and wider than the target
@@ -90,14 +90,8 @@ def test_an_official_style_file_loads_too(tmp_path, llama, wide_head):
 @pytest.mark.parametrize("method", ["eagle2", "ddd"])
 def test_greedy_equals_plain_greedy(tmp_path, llama, wide_head, method):
     head = load_head(save_head(wide_head, tmp_path), llama)
-    accepted = 0
-    for prompt in PROMPTS[:2] + UNSEEN[:1]:
-        plain = generate(llama, None, prompt, "plain", max_new_tokens=24)
-        list(plain)
-        for settings in SETTINGS[method]:
-            run = generate(llama, head, prompt, method, max_new_tokens=24, **settings)
-            accepted += sum(s.accepted for s in run)
-            assert run.token_ids == plain.token_ids, (prompt, settings)
+    runs = runs_equal_to_plain(llama, head, PROMPTS[:2] + UNSEEN[:1], [(method, s) for s in SETTINGS[method]], 24)
+    accepted = sum(s.accepted for run in runs for s in run.trace.steps)
     assert accepted > 24, accepted  # long accepted paths were exercised
 
 
@@ -172,10 +166,4 @@ def test_greedy_equals_plain_greedy_on_cuda(tiny_llama_dir, wide_head, precision
     target = load_target(str(tiny_llama_dir), dtype=precision, device="cuda")
     head = for_target(copy.deepcopy(wide_head), target)
     assert head.embed_tokens.weight.device.type == "cuda" and head.embed_tokens.weight.dtype == target.model.dtype
-    for prompt in PROMPTS[:2] + UNSEEN[:1]:
-        plain = generate(target, None, prompt, "plain", max_new_tokens=24)
-        list(plain)
-        for method in ("eagle2", "ddd"):
-            run = generate(target, head, prompt, method, max_new_tokens=24)
-            list(run)
-            assert run.token_ids == plain.token_ids, (precision, method, prompt)
+    runs_equal_to_plain(target, head, PROMPTS[:2] + UNSEEN[:1], [("eagle2", {}), ("ddd", {})], 24)

@@ -6,7 +6,7 @@ from ddd import generate
 from ddd.drafting import DynamicTreeDrafter, HeadRunner
 from ddd.settings import Eagle2Settings
 from ddd.tree import DraftTree
-from tests.tiny import PROMPTS, TREE_SETTINGS, UNSEEN
+from tests.tiny import PROMPTS, TREE_SETTINGS, UNSEEN, runs_equal_to_plain
 
 
 def decode(target, head, prompt, method, **settings):
@@ -212,11 +212,5 @@ def test_greedy_equals_plain_greedy_on_cuda(tiny_llama_dir, llama_head, precisio
 
     target = load_target(str(tiny_llama_dir), dtype=precision, device="cuda")
     head = for_target(copy.deepcopy(llama_head), target)
-    for prompt in PROMPTS[:3] + UNSEEN:
-        plain = generate(target, None, prompt, "plain", max_new_tokens=30)
-        list(plain)
-        for method in ("eagle2", "ddd"):
-            run = generate(target, head, prompt, method, max_new_tokens=30)
-            list(run)
-            assert run.token_ids == plain.token_ids, (precision, method, prompt)
-            assert run.trace.device.startswith("cuda") and run.trace.precision == precision
+    for run in runs_equal_to_plain(target, head, PROMPTS[:3] + UNSEEN, [("eagle2", {}), ("ddd", {})], 30):
+        assert run.trace.device.startswith("cuda") and run.trace.precision == precision

@@ -7,7 +7,7 @@ import torch
 from tokenizers import Tokenizer, decoders, models, pre_tokenizers, trainers
 from transformers import LlamaConfig, LlamaForCausalLM, PreTrainedTokenizerFast, Qwen2Config, Qwen2ForCausalLM
 
-from ddd import Eagle3Head, Target, encode_prompt, load_target, new_eagle3_head, new_head
+from ddd import Eagle3Head, Generation, Target, encode_prompt, generate, load_target, new_eagle3_head, new_head
 from ddd.head import EagleHead
 
 CHAT_TEMPLATE = (
@@ -130,6 +130,22 @@ def fit_eagle3_head(target: Target, prompts: list[str] = PROMPTS, steps: int = 3
         opt.step()
     head.name = "tiny-fitted-eagle3"
     return head.eval().requires_grad_(False)
+
+
+def runs_equal_to_plain(target: Target, head, prompts: list[str], runs: list[tuple[str, dict]],
+                        max_new_tokens: int) -> list[Generation]:
+    """Each prompt decoded once plainly, then by every (method, settings) of `runs`: each greedy answer must be
+    plain decoding's, token for token. Returns the speculative runs for further checks."""
+    done = []
+    for prompt in prompts:
+        plain = generate(target, None, prompt, "plain", max_new_tokens=max_new_tokens)
+        list(plain)
+        for method, settings in runs:
+            run = generate(target, head, prompt, method, max_new_tokens=max_new_tokens, **settings)
+            list(run)
+            assert run.token_ids == plain.token_ids, (prompt, method, settings)
+            done.append(run)
+    return done
 
 
 def load_tiny(directory: Path) -> Target:
