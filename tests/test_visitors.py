@@ -27,6 +27,8 @@ ERROR_PILLS = ("[...document.querySelectorAll('.error')].filter(e => !e.classLis
                "e.innerText.trim() === 'Error').length")
 SETTINGS_BUTTON = ("[...document.querySelectorAll('button')].find(b => b.innerText.trim().startsWith('Settings'))"
                    "?.click()")
+# Gradio's progress overlays: an eta bar, or the "processing |" / "queue: 1/2 |" text of a pending event.
+BUSY = "!!document.querySelector('.eta-bar') || /processing \\||queue: \\d/.test(document.body.innerText)"
 INFO = "(document.querySelector('.race-info')?.innerText || '')"
 MESSAGE = text_of("message")
 # What the page says of each file that froze a tab (tests/test_file_checks.py builds them).
@@ -122,7 +124,7 @@ def settle(browser: Browser, seconds: float = 3.0) -> None:
     """Lets the events that follow a Run (the replay, the model line) finish, so their pills would show."""
     deadline = time.monotonic() + 60
     time.sleep(seconds)
-    while time.monotonic() < deadline and browser.js("document.querySelectorAll('.wrap.pending, .eta-bar').length"):
+    while time.monotonic() < deadline and browser.js(BUSY):
         time.sleep(0.5)
 
 
@@ -180,6 +182,7 @@ def test_files_that_froze_a_tab_are_refused_with_a_message_in_the_page(server, b
     """The run files that once blocked a visitor's tab for minutes: the page says why each is refused, at once,
     with no "Error" pill, and keeps the race it showed."""
     new_tab(browser, server.url)
+    settle(browser)  # the first page load's events finish, so their progress text is not taken for the race shown
     shown = browser.js(INFO)
     for name, words in FREEZING_MESSAGES.items():
         path = tmp_path / f"{name}.json"
