@@ -19,7 +19,7 @@ from typing import Any
 from ddd.settings import (METHOD_DECLARATIONS, PRECISIONS, SAMPLING_SETTINGS, Sampling, Setting, SettingsError,
                           current_names, parse_settings)
 from ddd.metrics import summarize
-from ddd.trace import CHAIN_ENDS, SCHEMA_VERSION, STATUSES, DraftNode, RunTrace, Step
+from ddd.trace import CHAIN_ENDS, SCHEMA_VERSION, STATUSES, DepthCheck, DraftNode, RunTrace, Step
 
 from .race import METHOD_LABELS, RACE_FORMAT, RACE_VERSION, Race, RaceFileError
 from .runcheck import check_race, check_run
@@ -52,7 +52,8 @@ BIG_INT = 2**31  # token ids, ranks, indices: far beyond any vocabulary or pool
 MAX_MS = 1e9  # a step that took eleven days is a broken file, not a slow machine
 STEP_FIELDS = {f.name for f in fields(Step)}
 NODE_FIELDS = {f.name for f in fields(DraftNode)}
-CHECK_FIELDS = {"call", "confidence", "stop"}
+CHECK_REQUIRED = {"call", "confidence", "stop"}
+CHECK_FIELDS = {f.name for f in fields(DepthCheck)}  # the cost rule's numbers besides DDD's (ddd/costs.py)
 TRACE_FIELDS = {f.name for f in fields(RunTrace)}
 TRACE_REQUIRED = {"method", "settings", "sampling", "model", "head", "prompt", "prompt_tokens", "schema_version"}
 RACE_FIELDS = {"format", "version", "title", "note", "traces"}
@@ -307,10 +308,15 @@ class _Checker:
             self.number(value, f"{where}.confidence[{i}]", -math.inf, 1e-3, log=True)
         for i, check in enumerate(self.items(data.get("checks", []), f"{where}.checks", lim.list_items)):
             check = self.obj(check, f"{where}.checks[{i}]")
-            self.keys(check, CHECK_FIELDS, CHECK_FIELDS, f"{where}.checks[{i}]")
+            self.keys(check, CHECK_FIELDS, CHECK_REQUIRED, f"{where}.checks[{i}]")
             self.integer(check["call"], f"{where}.checks[{i}].call", 1, lim.list_items)
             self.number(check["confidence"], f"{where}.checks[{i}].confidence", -math.inf, 1e-3, log=True)
             self.flag(check["stop"], f"{where}.checks[{i}].stop")
+            for name in ("expected", "time", "gain", "time_gain"):  # tokens and plain steps: one step's worth
+                if check.get(name) is not None:
+                    self.number(check[name], f"{where}.checks[{i}].{name}", -lim.list_items, lim.list_items)
+            if check.get("verified") is not None:
+                self.integer(check["verified"], f"{where}.checks[{i}].verified", 1, lim.nodes_per_step)
         for name in ("draft_calls", "max_draft_calls"):
             self.integer(data.get(name, 0), f"{where}.{name}", 0, lim.list_items)
         self.integer(data.get("verified", 0), f"{where}.verified", 0, lim.nodes_per_step)

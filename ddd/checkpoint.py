@@ -12,6 +12,7 @@ from pathlib import Path
 import torch
 from safetensors.torch import load_file, save_file
 
+from .costs import Calibration, CalibrationError
 from .eagle3 import Eagle3Head
 from .head import DraftHead, EagleHead, HeadLoadError, for_target, one_line
 from .hub import HEAD_FILES_PATTERNS, fetch, is_hub_id
@@ -23,7 +24,8 @@ HEAD_FILES = ("model.safetensors", "pytorch_model.bin")
 # target's own; a head of another width has embeddings of its own width, a weight like any other).
 _NOT_WEIGHTS = ("embed_tokens.weight", "d2t", "t2d")
 _EMBEDDINGS = "embed_tokens.weight"
-_SHOWN = 6  # keys listed in a message before it says how many more there are
+_SHOWN = 6
+CALIBRATION_KEY = "acceptance_calibration"  # keys listed in a message before it says how many more there are
 
 
 def save_head(head: DraftHead, directory: str | Path, extra: dict | None = None) -> Path:
@@ -32,6 +34,8 @@ def save_head(head: DraftHead, directory: str | Path, extra: dict | None = None)
     directory.mkdir(parents=True, exist_ok=True)
     config = head.config.to_dict()
     config.update({**head.config_extra(), **(extra or {})})
+    if head.calibration.measured:
+        config[CALIBRATION_KEY] = head.calibration.to_json()
     (directory / "config.json").write_text(json.dumps(config, indent=2, default=str))
     tensors = {k: v.detach().to("cpu").contiguous() for k, v in head.state_dict_official().items()}
     save_file(tensors, directory / "model.safetensors")
@@ -47,6 +51,11 @@ def load_head(directory: str | Path, target: Target) -> DraftHead:
     head = _head_class(weights, directory).from_checkpoint(raw, weights, target, directory)
     own = _check_weights(head, weights, target, directory)
     head.load_official(own)
+    if CALIBRATION_KEY in raw:
+        try:
+            head.calibration = Calibration.from_json(raw[CALIBRATION_KEY])
+        except CalibrationError as err:
+            raise HeadLoadError(f"{directory / 'config.json'}: {CALIBRATION_KEY}: {err}.") from None
     # Its own generator: a test input must not move the caller's random draws.
     generator = torch.Generator().manual_seed(0)
     embeds = torch.randn(1, 2, head.config.hidden_size, generator=generator)

@@ -1,5 +1,6 @@
 """Drafting strategies behind one interface: a static tree (EAGLE), a dynamic tree (EAGLE-2), and a
-dynamic tree whose depth a confidence policy chooses per step (DDD)."""
+dynamic tree whose depth a policy chooses per step: from the draft's confidence (DDD) or from expected
+gains and measured costs (the cost rule)."""
 from __future__ import annotations
 
 from abc import ABC, abstractmethod
@@ -10,7 +11,8 @@ from transformers import DynamicCache
 
 from .head import DraftHead
 from .models import Target
-from .settings import DDDSettings, Eagle2Settings, EagleSettings
+from .costs import Calibration, StepCosts, best_tree, decide
+from .settings import CostSettings, DDDSettings, Eagle2Settings, EagleSettings
 from .trace import DepthCheck
 from .tree import DraftTree, Pool, rerank
 
@@ -172,18 +174,30 @@ class StaticTreeDrafter(Drafter):
 
 
 class DepthPolicy(ABC):
+    """Chooses, call by call, whether the dynamic tree grows one more level, and which drafted nodes the
+    target verifies."""
+
     max_calls: int
 
+    def begin(self) -> None:
+        """A new step's tree starts."""
+
     @abstractmethod
-    def check(self, call: int, confidence: torch.Tensor) -> DepthCheck | None:
-        """After draft call `call`: None if no check runs there, else the check and whether to stop."""
+    def check(self, call: int, confidence: torch.Tensor, pool: Pool, beam: torch.Tensor) -> DepthCheck | None:
+        """After draft call `call`: None if no check runs there, else the check and whether to stop. `beam`: the
+        pool indices the next call would expand."""
+
+    def keep(self, pool: Pool, cat: dict[str, torch.Tensor], calls: int, total_tokens: int) -> torch.Tensor:
+        """Pool indices to verify (`cat`: the pool's tensors): the root and the best `total_tokens - 1` nodes by
+        draft score (EAGLE-2)."""
+        return rerank(cat["scores"], cat["depths"], total_tokens)
 
 
 @dataclass
 class FixedDepth(DepthPolicy):
     max_calls: int
 
-    def check(self, call, confidence):
+    def check(self, call, confidence, pool, beam):
         return None
 
 
@@ -195,11 +209,54 @@ class ConfidenceDepth(DepthPolicy):
     check_steps: set[int]
     threshold: float
 
-    def check(self, call, confidence):
+    def check(self, call, confidence, pool, beam):
         if call not in self.check_steps:
             return None
         value = float(confidence)  # the only host sync a check costs
         return DepthCheck(call=call, confidence=value, stop=value < self.threshold)
+
+
+class CostDepth(DepthPolicy):
+    """The cost rule (ddd/costs.py): after every call, draft one more level only while its forecast gain in
+    expected accepted tokens per unit of expected time beats the step's current rate; verify the number of
+    tokens with the best expected rate, taking nodes by calibrated path probability."""
+
+    def __init__(self, max_calls: int, max_verified: int, costs: StepCosts, calibration: Calibration):
+        self.max_calls, self.max_verified, self.costs, self.calibration = max_calls, max_verified, costs, calibration
+        self.begin()
+
+    def begin(self) -> None:
+        self._path = [1.0]  # calibrated path probability of each pool node, the root first
+        self._chunks = 0  # the pool's chunks (levels) read into _path
+        self._parent_mass = 1.0  # what the nodes expanded by the latest call carried (the root: 1)
+
+    def _read(self, pool: Pool) -> float:
+        """Path probabilities of the chunks added since the last read; returns the newest chunk's sum."""
+        mass = 0.0
+        while self._chunks < len(pool.tokens):
+            parents = pool.parents[self._chunks].tolist()
+            drafted = pool.logprobs[self._chunks].exp().tolist()
+            level = [self._path[parent] * self.calibration(p) for parent, p in zip(parents, drafted)]
+            self._path += level
+            mass = sum(level)
+            self._chunks += 1
+        return mass
+
+    def check(self, call, confidence, pool, beam):
+        level_mass = self._read(pool)
+        beam_probs = [self._path[i] for i in beam.tolist()]
+        decision = decide(call, self._path[1:], level_mass, self._parent_mass, beam_probs, self.costs,
+                          self.max_verified)
+        self._parent_mass = sum(beam_probs)
+        now = decision.now
+        return DepthCheck(call=call, confidence=float(confidence), stop=decision.stop, expected=now.expected,
+                          time=now.time, verified=now.verified, gain=decision.gain, time_gain=decision.time_gain)
+
+    def keep(self, pool, cat, calls, total_tokens):
+        self._read(pool)  # the last call's level: no check follows it
+        best = best_tree(self._path[1:], calls, self.costs, total_tokens)
+        path = torch.tensor(self._path, device=cat["depths"].device).clamp_min(1e-30).log()
+        return rerank(path, cat["depths"], best.verified)
 
 
 class DynamicTreeDrafter(Drafter):
@@ -219,6 +276,11 @@ class DynamicTreeDrafter(Drafter):
     def ddd(cls, s: DDDSettings) -> "DynamicTreeDrafter":
         return cls(s.beam_width, s.total_tokens, ConfidenceDepth(s.max_draft_calls, s.checks(), s.threshold))
 
+    @classmethod
+    def cost(cls, s: CostSettings, calibration: Calibration) -> "DynamicTreeDrafter":
+        costs = StepCosts(s.draft_cost, s.verify_cost)
+        return cls(s.beam_width, s.total_tokens, CostDepth(s.max_draft_calls, s.total_tokens, costs, calibration))
+
     def draft(self, runner, root_token, root_feature, depth_limit):
         k = self.beam_width
         device = root_token.device
@@ -232,9 +294,10 @@ class DynamicTreeDrafter(Drafter):
         in_beam, confidence, checks = [], [torch.logsumexp(beam_scores, 0)], []
         max_calls = min(self.policy.max_calls, depth_limit)
         calls = 1
+        self.policy.begin()
         runner.begin_tree()
         while calls < max_calls:
-            check = self.policy.check(calls, confidence[-1])
+            check = self.policy.check(calls, confidence[-1], pool, beam)
             if check is not None:
                 checks.append(check)
                 if check.stop:
@@ -255,6 +318,6 @@ class DynamicTreeDrafter(Drafter):
             confidence.append(torch.logsumexp(beam_scores, 0))
         runner.end_tree()
         cat = pool.cat()
-        keep = rerank(cat["scores"], cat["depths"], self.total_tokens)
+        keep = self.policy.keep(pool, cat, calls, self.total_tokens)
         expanded = torch.cat(in_beam) if in_beam else torch.zeros(0, dtype=torch.long, device=device)
         return Draft(cat, DraftTree.from_pool(cat, keep), expanded, confidence, checks, calls, self.policy.max_calls)

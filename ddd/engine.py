@@ -29,13 +29,15 @@ class PromptError(ValueError):
     """The prompt cannot be decoded (empty, or longer than the model's context)."""
 
 
-def make_drafter(method: str, settings: Any) -> Drafter | None:
+def make_drafter(method: str, settings: Any, head: DraftHead | None) -> Drafter | None:
     if check_method(method) == "plain":
         return None
     if method == "eagle":
         return StaticTreeDrafter(settings)
     if method == "eagle2":
         return DynamicTreeDrafter.eagle2(settings)
+    if method == "cost":
+        return DynamicTreeDrafter.cost(settings, head.calibration)
     return DynamicTreeDrafter.ddd(settings)
 
 
@@ -102,7 +104,7 @@ class Generation:
         self.max_new_tokens = MAX_NEW_TOKENS.parse(max_new_tokens)
         self.record = record
         self.prompt_ids = encode_prompt(target, prompt, chat)
-        self.drafter = make_drafter(method, self.settings)
+        self.drafter = make_drafter(method, self.settings, head)
         self.token_ids: list[int] = []
         self._text = ""
         self._stop_requested = False
@@ -311,7 +313,7 @@ def generate(target: Target, head: DraftHead | None, prompt: str, method: str = 
              max_new_tokens: int = MAX_NEW_TOKENS.default, sampling: Sampling | None = None, chat: bool = True,
              record: bool = True, temperature: float | None = None, top_p: float | None = None,
              seed: int | None = None, **settings: Any) -> Generation:
-    """Decode `prompt` with `method` (plain, eagle, eagle2, ddd). Extra keyword arguments are the method's
+    """Decode `prompt` with `method` (plain, eagle, eagle2, ddd, cost). Extra keyword arguments are the method's
     settings (e.g. beam_width=10, threshold=-0.3; ddd.settings declares them); temperature/top_p/seed are
     shortcuts into `sampling`, applied to a copy of it."""
     shortcuts = {name: value for name, value in (("temperature", temperature), ("top_p", top_p), ("seed", seed))

@@ -24,6 +24,7 @@ from transformers import LlamaConfig
 from transformers.modeling_outputs import BaseModelOutputWithPast
 from transformers.models.llama.modeling_llama import LlamaDecoderLayer, LlamaRotaryEmbedding
 
+from .costs import IDENTITY, Calibration
 from .models import Target
 from .precision import quantize_int8
 
@@ -48,6 +49,9 @@ class DraftHead(nn.Module, ABC):
     kind: str
     config: LlamaConfig
     d2t: torch.Tensor | None
+    # How often the target accepts a drafted token, by its draft probability (ddd/costs.py); measured by
+    # `python -m ddd.bench.calibrate` and kept in config.json, else draft probabilities are taken at face value.
+    calibration: Calibration = IDENTITY
     # (module prefix, published prefix) pairs where the published layout names a part differently.
     renames: tuple[tuple[str, str], ...] = ()
 

@@ -19,7 +19,7 @@ from typing import Any, ClassVar
 # Precision modes for target and head (int8: CPU only, see ddd/precision.py).
 PRECISIONS = ("float32", "bfloat16", "float16", "int8")
 
-METHODS = ("plain", "eagle", "eagle2", "ddd")
+METHODS = ("plain", "eagle", "eagle2", "ddd", "cost")
 
 # EAGLE-1's tree for 7B targets: each path lists draft ranks from the root (25 draft nodes, depth 5).
 EAGLE_TREE: tuple[tuple[int, ...], ...] = (
@@ -239,10 +239,12 @@ BEAM_WIDTH = Setting("beam_width", "int", 10, 1, 1024, "beam width",
 DRAFT_CALLS = Setting("draft_calls", "int", 6, 1, 64, "draft calls",
                       "head calls per step, the root call included: the tree's depth", ui_high=16, step=1)
 TOTAL_TOKENS = Setting("total_tokens", "int", 60, 2, 4096, "total tokens verified",
-                       "the most likely drafted tokens the target verifies in one forward, the root included",
+                       "the most likely drafted tokens the target verifies in one forward, the root included (the "
+                       "cost rule verifies at most this many)",
                        ui_high=128, step=1)
 MAX_DRAFT_CALLS = Setting("max_draft_calls", "int", 11, 1, 64, "max draft calls",
-                          "the deepest tree DDD may draft, in head calls, the root call included", ui_high=24, step=1)
+                          "the deepest tree DDD (or the cost rule) may draft, in head calls, the root call included",
+                          ui_high=24, step=1)
 CHECK_STEPS = Setting("check_steps", "calls", (5, 7, 9), 1, 64, "check after calls",
                       "the draft calls after which DDD compares H with the threshold ('all': after every call)",
                       ui_high=MAX_DRAFT_CALLS.ui_high)
@@ -250,12 +252,21 @@ THRESHOLD = Setting("threshold", "float", -0.3, -1000, 0, "threshold on H",
                     "DDD stops drafting when H, the log of the beam's total draft probability, falls below this",
                     why_high="H is the log of a probability, never above 0, so every check would stop")
 
+# The cost rule's defaults: `python -m ddd.bench.budget --dtype int8` on a 2-core AVX2 CPU (docs/results.md);
+# the budget tool prints this machine's own.
+DRAFT_COST = Setting("draft_cost", "float", 0.05, 0, 10, "draft call cost",
+                     "what one draft call costs, in plain decoding steps", ui_high=1, step=0.01, above_low=True)
+VERIFY_COST = Setting("verify_cost", "float", 0.04, 0, 10, "verify cost per token",
+                      "what each verified token beyond the first adds to the target's forward, in plain decoding "
+                      "steps", ui_high=0.5, step=0.005)
+
 SAMPLING_SETTINGS = (TEMPERATURE, TOP_P, TOP_K, SEED)
 METHOD_DECLARATIONS: dict[str, tuple[Setting, ...]] = {
     "plain": (),
     "eagle": (EAGLE_TREE_SETTING,),
     "eagle2": (BEAM_WIDTH, DRAFT_CALLS, TOTAL_TOKENS),
     "ddd": (BEAM_WIDTH, MAX_DRAFT_CALLS, CHECK_STEPS, THRESHOLD, TOTAL_TOKENS),
+    "cost": (BEAM_WIDTH, MAX_DRAFT_CALLS, TOTAL_TOKENS, DRAFT_COST, VERIFY_COST),
 }
 
 
@@ -330,8 +341,14 @@ class DDDSettings(_fields(*METHOD_DECLARATIONS["ddd"])):
                                     f"({MAX_DRAFT_CALLS.label}: {self.max_draft_calls})")
 
 
+class CostSettings(_fields(*METHOD_DECLARATIONS["cost"])):
+    def _relations(self, draft_vocab: int | None) -> None:
+        _within_vocab(BEAM_WIDTH, self.beam_width, draft_vocab)
+
+
 SETTINGS_CLASSES: dict[str, type] = {
     "plain": PlainSettings, "eagle": EagleSettings, "eagle2": Eagle2Settings, "ddd": DDDSettings,
+    "cost": CostSettings,
 }
 
 

@@ -43,9 +43,18 @@ class DraftNode:
 
 @dataclass
 class DepthCheck:
+    """One depth decision. DDD's compares H with its threshold; the cost rule's (ddd/costs.py) also records
+    the numbers it weighed: the best tree so far (E accepted tokens expected, T plain steps, verified
+    tokens) and the forecast of one more level (dE, dT)."""
+
     call: int  # draft calls made when H was checked
     confidence: float  # H = logsumexp of the beam's cumulative scores
     stop: bool
+    expected: float | None = None  # E
+    time: float | None = None  # T
+    verified: int | None = None
+    gain: float | None = None  # dE
+    time_gain: float | None = None  # dT
 
 
 @dataclass

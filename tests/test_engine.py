@@ -16,7 +16,7 @@ def decode(target, head, prompt, method, **settings):
 
 
 @pytest.mark.parametrize("family", ["llama", "qwen"])
-@pytest.mark.parametrize("method", ["eagle", "eagle2", "ddd"])
+@pytest.mark.parametrize("method", ["eagle", "eagle2", "ddd", "cost"])
 def test_greedy_equals_plain_greedy(request, family, method):
     target = request.getfixturevalue(family)
     head = request.getfixturevalue(f"{family}_head")

@@ -58,6 +58,9 @@ TREE_SETTINGS = {
     "eagle2": [{}, {"beam_width": 3, "draft_calls": 4, "total_tokens": 8}, {"beam_width": 1, "draft_calls": 9, "total_tokens": 10}],
     "ddd": [{}, {"check_steps": "all", "threshold": -0.05}, {"beam_width": 4, "max_draft_calls": 6, "check_steps": "2,4",
                                                             "total_tokens": 12}],
+    # The cost rule cheap enough to go deep, and dear enough to stop at the first call.
+    "cost": [{}, {"draft_cost": 0.001, "verify_cost": 0}, {"beam_width": 3, "max_draft_calls": 6, "total_tokens": 8,
+                                                            "draft_cost": 2, "verify_cost": 0.5}],
 }
 
 

@@ -5,18 +5,20 @@
     python -m ddd.train reading --out runs/reading.jsonl                     # summarising / passage prompts
     python -m ddd.train distill --out runs/head-2 --init runs/head-distill --corpus --prompts '' --answers runs/answers
     python -m ddd.train fit --data runs/answers --out runs/head-eagle2       # EAGLE-1/2 head, stored answers
+    python -m ddd.train calibrate --head runs/head-2                         # acceptance by draft probability
 
 `distill` (ddd/train/distill.py) trains an EAGLE-3 head on texts the target reads in one forward each (stage
 one: the corpus; stage two: the target's own answers); `data` (ddd/train/answers.py) decodes the target's own
 answers and stores its features, to the training prompts or to `reading`'s (ddd/train/reading.py); `fit`
-(ddd/train/fit.py) trains an EAGLE-1/2 head on them.
+(ddd/train/fit.py) trains an EAGLE-1/2 head on them; `calibrate` (ddd/train/calibrate.py) measures how often
+the target accepts drafts, for the cost rule.
 """
 from __future__ import annotations
 
 import argparse
 import sys
 
-from . import answers, distill, fit, reading
+from . import answers, calibrate, distill, fit, reading
 from .common import TrainError
 
 
@@ -37,4 +39,5 @@ def build_parser() -> argparse.ArgumentParser:
     answers.add_parser(sub)
     fit.add_parser(sub)
     reading.add_parser(sub)
+    calibrate.add_parser(sub)
     return parser
