@@ -16,6 +16,7 @@ from dataclasses import dataclass, fields
 from pathlib import Path
 from typing import Any
 
+from ddd.costs import Calibration, CalibrationError
 from ddd.settings import (METHOD_DECLARATIONS, PRECISIONS, SAMPLING_SETTINGS, Sampling, Setting, SettingsError,
                           current_names, parse_settings)
 from ddd.metrics import summarize
@@ -239,6 +240,11 @@ class _Checker:
         if data.get("precision", "float32") not in PRECISIONS:
             raise self.fail(f"{where}.precision", f"is {excerpt(data.get('precision'))}, not one of "
                                                   f"{', '.join(PRECISIONS)}")
+        if data.get("calibration") is not None:
+            try:
+                Calibration.from_json(data["calibration"])
+            except CalibrationError as err:
+                raise self.fail(f"{where}.calibration", str(err)) from None
         self.summary(data.get("summary", {}), f"{where}.summary")
         steps = self.items(data.get("steps"), f"{where}.steps", lim.steps)
         if not steps:

@@ -120,6 +120,7 @@ class Generation:
             model=target.name, head=getattr(head, "name", None) if head is not None else None, prompt=prompt,
             prompt_tokens=len(self.prompt_ids), precision=target.precision, device=str(target.device),
             head_kind=head.kind if head is not None else None,
+            calibration=head.calibration.to_json() if head is not None and head.calibration.measured else None,
         )
         # The target's forwards also give the head its features: the hidden states it reads, when they are
         # not only the final one. Plain decoding asks for nothing extra.

@@ -109,6 +109,9 @@ class RunTrace:
     precision: str = "float32"
     device: str = "cpu"
     head_kind: str | None = None  # "eagle" or "eagle3"; None for plain decoding
+    # The head's measured acceptance by draft probability (ddd/costs.py), as [probability, rate] pairs; None
+    # where the head carries none: the what-if view recomputes the cost rule from it.
+    calibration: list[list[float]] | None = None
     schema_version: int = SCHEMA_VERSION
 
     def to_dict(self) -> dict[str, Any]:
