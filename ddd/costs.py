@@ -108,6 +108,18 @@ def fit_calibration(samples: Sequence[tuple[float, bool]], bins: int = 20) -> Ca
     return Calibration(tuple(points))
 
 
+def child_probabilities(path: Sequence[float], parents: Sequence[int], drafted: Sequence[float],
+                        calibration: Calibration) -> list[float]:
+    """Path probabilities of newly drafted nodes: the parent's times the token's calibrated rate. Rates are
+    measured one token at a time, so siblings' can add up to more than 1, yet at most one of them is the
+    target's token: where they do, they are scaled down to sum to 1."""
+    rates = [calibration(p) for p in drafted]
+    total: dict[int, float] = {}
+    for parent, rate in zip(parents, rates):
+        total[parent] = total.get(parent, 0.0) + rate
+    return [path[parent] * rate / max(1.0, total[parent]) for parent, rate in zip(parents, rates)]
+
+
 @dataclass(frozen=True)
 class StepCosts:
     """What a step costs, in plain decoding steps (measured: `python -m ddd.bench.budget` prints them)."""

@@ -11,7 +11,7 @@ from transformers import DynamicCache
 
 from .head import DraftHead
 from .models import Target
-from .costs import Calibration, StepCosts, best_tree, decide
+from .costs import Calibration, StepCosts, best_tree, child_probabilities, decide
 from .settings import CostSettings, DDDSettings, Eagle2Settings, EagleSettings
 from .trace import DepthCheck
 from .tree import DraftTree, Pool, rerank
@@ -234,9 +234,8 @@ class CostDepth(DepthPolicy):
         """Path probabilities of the chunks added since the last read; returns the newest chunk's sum."""
         mass = 0.0
         while self._chunks < len(pool.tokens):
-            parents = pool.parents[self._chunks].tolist()
-            drafted = pool.logprobs[self._chunks].exp().tolist()
-            level = [self._path[parent] * self.calibration(p) for parent, p in zip(parents, drafted)]
+            level = child_probabilities(self._path, pool.parents[self._chunks].tolist(),
+                                        pool.logprobs[self._chunks].exp().tolist(), self.calibration)
             self._path += level
             mass = sum(level)
             self._chunks += 1
