@@ -9,6 +9,7 @@ Pooled ratios (tau, acceptance rate, time shares) weigh every step alike; per-qu
 from __future__ import annotations
 
 import statistics
+from collections import Counter
 from collections.abc import Iterable, Mapping, Sequence
 from typing import Any
 
@@ -54,6 +55,7 @@ def counts_from_steps(steps: Sequence[Step]) -> dict[str, float]:
         "other_ms": sum(s.other_ms for s in decode),
         "total_ms": sum(s.ms for s in steps),
         **{f"chain_end_{reason}": sum(s.chain_end == reason for s in decode) for reason in CHAIN_ENDS},
+        "depths": dict(sorted(Counter(str(s.draft_calls) for s in speculative).items(), key=lambda kv: int(kv[0]))),
     }
 
 
@@ -77,6 +79,7 @@ def counts_from_wall(new_tokens: int, total_ms: float, forwards: int | None = No
         "other_ms": None,
         "total_ms": total_ms,
         **{f"chain_end_{reason}": None for reason in CHAIN_ENDS},
+        "depths": None,
     }
 
 
@@ -196,6 +199,15 @@ def median_speedup(method: Mapping[Any, float | None], reference: Mapping[Any, f
     return median(speedups(method, reference).values())
 
 
+def depth_shares(counts: Iterable[Mapping[str, Any]]) -> dict[str, float] | None:
+    """Each depth's (draft calls') share of the speculative steps of some runs; None where none drafted."""
+    pooled: Counter[str] = Counter()
+    for c in counts:
+        pooled.update(c.get("depths") or {})
+    total = sum(pooled.values())
+    return {d: pooled[d] / total for d in sorted(pooled, key=int)} if total else None
+
+
 def summarize_group(rows: Sequence[Mapping[str, Any]], reference: Mapping[Any, float | None] | None = None,
                     key: str = "question_id") -> dict[str, Any]:
     """Summary of one method over some questions. Each row has `key`, `counts` and `tokens_per_s`;
@@ -213,6 +225,7 @@ def summarize_group(rows: Sequence[Mapping[str, Any]], reference: Mapping[Any, f
         "tau": tau(pooled),
         "acceptance_rate": acceptance_rate(pooled),
         "mean_draft_depth": mean_draft_depth(pooled),
+        "depth_shares": depth_shares(r["counts"] for r in rows),
         **time_shares(pooled),
         **chain_end_shares(pooled),
         "target_forwards": forwards / n if forwards is not None else None,

@@ -13,10 +13,10 @@ from typing import Any
 from ddd.settings import (MAX_NEW_TOKENS, PRECISIONS, SEED, TEMPERATURE, SettingsError, add_argument,
                           method_settings, settings_dict, settings_help)
 
-OUR_METHODS = ("plain", "eagle", "eagle2", "ddd")
+OUR_METHODS = ("plain", "eagle", "eagle2", "ddd", "cost")
 PEER_METHODS = ("hf_generate", "prompt_lookup")
 ALL_METHODS = OUR_METHODS + PEER_METHODS
-HEAD_METHODS = ("eagle", "eagle2", "ddd")
+HEAD_METHODS = ("eagle", "eagle2", "ddd", "cost")
 REFERENCE = "plain"
 # Settings of the transformers peers (ours live in ddd.settings).
 PEER_SETTINGS: dict[str, dict[str, int]] = {

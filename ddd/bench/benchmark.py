@@ -1,4 +1,4 @@
-"""Speed benchmark: our decoders (plain, eagle, eagle2, ddd) and two transformers peers on MT-bench-style questions.
+"""Speed benchmark: our decoders (plain, eagle, eagle2, ddd, cost) and two transformers peers on MT-bench-style questions.
 
     python -m ddd.bench --questions data.jsonl [--methods plain,eagle2,ddd,hf_generate] [--limit 20]
         [--max-new-tokens 128] [--repeats 3] [--out DIR] [--temperature 0] [--model M] [--head DIR|random]

@@ -68,6 +68,13 @@ def tables(report: dict[str, Any]) -> list[tuple[str, list[str], list[list[str]]
                     ["method", *[CHAIN_END_LABELS[r] for r in CHAIN_ENDS]],
                     [[label, *[_fmt(report["overall"][label].get(f"chain_end_{r}_share"), "pct") for r in CHAIN_ENDS]]
                      for label in ended]))
+    spread = {label: report["overall"][label].get("depth_shares") for label in labels}
+    spread = {label: shares for label, shares in spread.items() if shares}
+    if spread:
+        depths = sorted({d for shares in spread.values() for d in shares}, key=int)
+        out.append(("Depth distribution: draft calls per speculative step (% of steps)", ["method", *depths],
+                    [[label, *[_fmt(shares.get(d), "pct") if d in shares else "" for d in depths]]
+                     for label, shares in spread.items()]))
     sweep = report.get("sweep")
     if sweep:
         out.append((f"Sweep of {sweep['method']}.{sweep['setting']} (plain: "
