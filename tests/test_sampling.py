@@ -19,7 +19,8 @@ SAMPLING = dict(temperature=1.0, top_p=0.95)
 # leave plain top-k sampling's distribution.
 TOP_K = dict(temperature=1.0, top_k=6)
 FAST_TREES = {"eagle": {}, "eagle2": {"beam_width": 4, "draft_calls": 3, "total_tokens": 12},
-              "ddd": {"beam_width": 4, "max_draft_calls": 4, "check_steps": "all", "threshold": -1.0, "total_tokens": 12}}
+              "ddd": {"beam_width": 4, "max_draft_calls": 4, "check_steps": "all", "threshold": -1.0, "total_tokens": 12},
+              "cost": {"beam_width": 4, "max_draft_calls": 4, "total_tokens": 12}}
 
 
 def exact_joint(target, prompt, length, sampling):
@@ -76,7 +77,7 @@ def exact(llama):
 
 # Acceptance is the same code whatever drafted the tree; the EAGLE-3 head (its own draft vocabulary, mapped to
 # the target's) runs once, under the method that drafts the most varied trees.
-RUNS = [("plain", None)] + [(method, "llama_head") for method in ("eagle", "eagle2", "ddd")] + [("ddd", "llama_eagle3_head")]
+RUNS = [("plain", None)] + [(method, "llama_head") for method in ("eagle", "eagle2", "ddd", "cost")] + [("ddd", "llama_eagle3_head")]
 
 
 @pytest.mark.parametrize("method, head", RUNS, ids=[m if h is None else f"{m}-{h}" for m, h in RUNS])
@@ -96,7 +97,7 @@ def exact_top_k(llama):
     return exact_joint(llama, PROMPTS[3], 3, Sampling(**TOP_K))
 
 
-@pytest.mark.parametrize("method", ["plain", "eagle", "eagle2", "ddd"])
+@pytest.mark.parametrize("method", ["plain", "eagle", "eagle2", "ddd", "cost"])
 def test_top_k_sampled_tokens_follow_plain_top_k_sampling(llama, llama_head, exact_top_k, method):
     counts, accepted = sample_counts(llama, llama_head if method != "plain" else None, PROMPTS[3], method,
                                      FAST_TREES.get(method, {}), 3, range(SAMPLES), TOP_K)
