@@ -2,8 +2,8 @@
 
 Run `python app.py` (options: --model DIR_OR_HUB_ID, --head DIR|random, --device, --dtype, --host, --port;
 or the environment variables DDD_MODEL, DDD_HEAD, DDD_DEVICE, DDD_DTYPE). The page opens on a recorded
-example; the model loads on the first Run (at start-up on a ZeroGPU Space). The app's parts live in
-`explorer/` (docs/app.md).
+example; the model loads on the first Run (at start-up on a ZeroGPU Space, with the papers' pairs that fit its
+GPU). The app's parts live in `explorer/` (docs/app.md).
 """
 from __future__ import annotations
 
@@ -16,10 +16,11 @@ import gradio as gr
 
 from components.runfile import LIMITS
 from components.views import CSS
+from ddd.catalog import PAIRS
 from ddd.settings import PRECISIONS
 from explorer.deploy import export_space_cli
 from explorer.examples import ExampleShelf, record_examples
-from explorer.models import CPU_PRECISION, ModelConfig, Models
+from explorer.models import CPU_PRECISION, ModelChoice, ModelConfig, Models
 from explorer.page import build_page
 
 ROOT = Path(__file__).resolve().parent
@@ -60,8 +61,8 @@ def main(argv: list[str] | None = None) -> None:
     if args.record_examples:
         record_examples(models, EXAMPLES_DIR)
         return
-    if zero_gpu():
-        models.pin()
+    if zero_gpu():  # nothing can load later there, so the menu offers what loads now (explorer.choosing)
+        models.pin([ModelChoice(p.model, p.head) for p in PAIRS if p.gpu_only])
     page = build_page(models, ExampleShelf(EXAMPLES_DIR))
     page.demo.launch(server_name=args.host, server_port=args.port, css=CSS, allowed_paths=[str(EXAMPLES_DIR)],
                      max_file_size=LIMITS.file_bytes, theme=gr.themes.Soft(**THEME))

@@ -28,6 +28,18 @@ own confidence after some draft calls: H = log of the total probability still he
 below a threshold, deeper levels are unlikely to be accepted and drafting stops early; when the draft is
 confident it goes on, deeper than EAGLE-2 would.
 
+**The cost rule (an optional fourth column).** It weighs what one more level is worth on this machine instead
+of comparing confidence with a threshold. *E* is the number of draft tokens a step is expected to have
+accepted: the sum, over the tree's nodes, of the chance that the target accepts the node's whole path, each
+token's chance read from the head's calibration (how often the target accepted tokens the draft gave that
+probability). *T* is the step's expected time in plain decoding steps: 1 (the target's forward) + draft calls x
+draft cost + (verified tokens - 1) x verify cost. A step yields E + 1 tokens in T, so one more level, adding dE
+tokens for dT more time, pays exactly when **dE / dT > (E + 1) / T**; the rule drafts while it does, then
+verifies the number of tokens with the best (E + 1) / T. Nothing is set by hand: the costs are measured
+(`python -m ddd.bench.budget` prints them; the preset "measure this machine" fills them in) and the
+calibration is the head's own (`python -m ddd.train calibrate`). The step view says, for every method, why
+each tree stopped where it did.
+
 **tau (mean acceptance length)** is the number of tokens emitted per target forward pass: accepted draft
 tokens plus the bonus. Plain decoding has tau = 1.
 
@@ -38,9 +50,9 @@ tokens plus the bonus. Plain decoding has tau = 1.
 It beats plain decoding only when that is below the time of one plain forward pass. Deeper drafts raise tau
 but also the draft time; DDD tries to draft deep only where it pays.
 
-**How the race is timed.** The three methods take turns on the same model: one target forward pass of
+**How the race is timed.** The methods take turns on the same model: one target forward pass of
 each, then the next round (each round starts with a different method). A moment when something else on the
-machine takes the processor therefore slows all three alike, instead of whichever happened to be running.
+machine takes the processor therefore slows them all alike, instead of whichever happened to be running.
 The model is warmed up once after it loads, so no method pays for the first, slow passes, and the prefill
 (reading the prompt, the same work for every method) is timed apart. Each step is timed on its own, so the
 replay shows each method at the pace it would have run alone.
@@ -48,8 +60,8 @@ replay shows each method at the pace it would have run alone.
 **Precision.** On a CPU the verify time grows with the number of tokens checked: in float32, checking 8
 tokens costs about two plain passes. In **int8** (weights and activations as 8-bit integers) it costs about
 1.3, which is what lets speculative decoding pay on a CPU. int8 answers are not float32's answers (the
-model is slightly changed by rounding), but within a race all three methods use the same precision, and
-EAGLE-2 and DDD still write exactly what plain decoding writes in that precision.
+model is slightly changed by rounding), but within a race every method uses the same precision, and
+the speculative ones still write exactly what plain decoding writes in that precision.
 """
 
 TIES = f"""

@@ -8,11 +8,11 @@ import plotly.graph_objects as go
 from ddd.trace import RunTrace
 
 from .plotting import figure, message_figure
-from .race import METHOD_LABELS, Race
+from .race import METHOD_LABELS, TREE_METHODS, Race
 from .tokens import plot_text, visible
 from .verdict import decode_tokens_per_s, verdict
 
-METHOD_COLORS = {"plain": "#64748b", "eagle": "#0ea5e9", "eagle2": "#2563eb", "ddd": "#9333ea"}
+METHOD_COLORS = {"plain": "#64748b", "eagle": "#0ea5e9", "eagle2": "#2563eb", "ddd": "#9333ea", "cost": "#0d9488"}
 PHASE_COLORS = {"draft": "#60a5fa", "verify": "#f472b6", "other": "#cbd5e1"}
 SUMMARY_HEADERS = ["method", "tokens", "time (s)", "decode tokens/s", "speedup vs plain", "tau", "target forwards",
                    "mean draft depth", "acceptance rate", "prefill ms", "draft ms/step", "verify ms/step",
@@ -24,26 +24,27 @@ def _decode_steps(trace: RunTrace | None):
 
 
 def depth_figure(race: Race | None, current: int | None = None, height: int = 600) -> go.Figure:
-    """Per step: DDD's chosen depth vs EAGLE-2's fixed depth, H at each check vs the threshold, tokens per step."""
-    eagle2 = race.get("eagle2") if race else None
-    ddd = race.get("ddd") if race else None
-    if not _decode_steps(eagle2) and not _decode_steps(ddd):
+    """Per step: DDD's (and the cost rule's) chosen depth vs EAGLE-2's fixed depth, H at each check vs the threshold,
+    tokens per step."""
+    runs = {m: race.get(m) if race else None for m in TREE_METHODS}
+    ddd = runs["ddd"]
+    if not any(_decode_steps(trace) for trace in runs.values()):
         return message_figure("Depth & confidence", "Run or load a race to see draft depth and confidence per step.", height)
     # Three stacked panels sharing the step axis: x/y (depth), x2/y2 (confidence), x3/y3 (tokens).
     domains = {"": (0.66, 1.0), "2": (0.31, 0.59), "3": (0.0, 0.22)}
     data: list[dict[str, Any]] = []
     shapes: list[dict[str, Any]] = []
     notes: list[dict[str, Any]] = []
-    for method, trace in (("eagle2", eagle2), ("ddd", ddd)):
+    for method, trace in runs.items():
         steps = _decode_steps(trace)
         if not steps:
             continue
         label = METHOD_LABELS[method]
+        fixed = method == "eagle2"
         data.append(dict(
             type="scatter", meta=f"{method}-depth", x=[s.index for s in steps], y=[s.draft_calls for s in steps],
-            name=f"{label} depth", mode="lines+markers" if method == "ddd" else "lines", legendgroup=method,
-            line=dict(color=METHOD_COLORS[method], shape="hv" if method == "eagle2" else "linear",
-                      width=2 if method == "ddd" else 3),
+            name=f"{label} depth", mode="lines" if fixed else "lines+markers", legendgroup=method,
+            line=dict(color=METHOD_COLORS[method], shape="hv" if fixed else "linear", width=3 if fixed else 2),
             marker=dict(size=6), hovertemplate=f"{label} step %{{x}}: %{{y}} draft calls<extra></extra>"))
         data.append(dict(
             type="bar", meta=f"{method}-accepted", x=[s.index for s in steps], y=[s.accepted for s in steps],

@@ -14,7 +14,7 @@ from typing import Any
 from ddd.settings import (MAX_NEW_TOKENS, METHOD_DECLARATIONS, SEED, TEMPERATURE, TOP_P, Sampling, Setting,
                           SettingsError, parse_settings)
 
-from .race import METHOD_LABELS, RACE_METHODS
+from .race import COLUMN_METHODS, METHOD_LABELS, RACE_METHODS
 from .tokens import excerpt
 
 MAX_PROMPT_CHARS = 20_000  # checked before tokenizing: tokenizing megabytes is itself slow
@@ -23,13 +23,23 @@ REPLAY_SPEED = Setting("replay speed", "float", DEFAULT_SPEED, 0.1, 16, "replay 
                        "how much faster than measured the race plays back")
 
 # The panel's settings: first what every column shares, then the drafting columns' tree settings, each once
-# (beam_width and total_tokens feed both trees, so that both verify the same number of tokens).
+# (beam_width and total_tokens feed every tree, so that all verify the same number of tokens).
 RUN_SETTINGS = (MAX_NEW_TOKENS, TEMPERATURE, TOP_P, SEED)
-TREE_COLUMNS = tuple(m for m in RACE_METHODS if METHOD_DECLARATIONS[m])
+TREE_COLUMNS = tuple(m for m in COLUMN_METHODS if METHOD_DECLARATIONS[m])
 TREE_SETTINGS = tuple(dict.fromkeys(s for m in TREE_COLUMNS for s in METHOD_DECLARATIONS[m]))
 TREE_NAMES = [s.name for s in TREE_SETTINGS]
-LABELS = {s.name: " / ".join(METHOD_LABELS[m] for m in TREE_COLUMNS if s in METHOD_DECLARATIONS[m]) + " " + s.label
-          for s in TREE_SETTINGS}
+COST_SWITCH = "race_cost"  # the panel's checkbox that adds the cost rule's column
+COST_SWITCH_LABEL = "Race the cost rule too"
+
+
+def _feeds(setting: Setting) -> list[str]:
+    """The columns a setting is named after: those of every race that take it. The cost column's own settings
+    are named after it; what it shares, its switch says, so the panel reads as before while it is off."""
+    columns = [m for m in TREE_COLUMNS if setting in METHOD_DECLARATIONS[m]]
+    return [m for m in columns if m in RACE_METHODS] or columns
+
+
+LABELS = {s.name: " / ".join(METHOD_LABELS[m] for m in _feeds(s)) + " " + s.label for s in TREE_SETTINGS}
 
 
 def label(setting: Setting) -> str:
@@ -57,7 +67,7 @@ def checked(setting: Setting, value: Any) -> Any:
 @dataclass(frozen=True)
 class PromptLimit:
     """How many prompt tokens one race may read on a device. On a CPU a prefill's cost grows with the square of
-    the prompt and a race reads the prompt three times, so the limit keeps reading below the decoding at the
+    the prompt and a race reads the prompt once per method, so the limit keeps reading below the decoding at the
     default length; a GPU reads thousands of tokens in a fraction of that (README: the app, Limits)."""
 
     prompt_tokens: int
@@ -65,7 +75,7 @@ class PromptLimit:
 
 
 PROMPT_LIMITS = {
-    "cpu": PromptLimit(512, "on a CPU each of the three methods reads the prompt again, and a 1,000-token prompt "
+    "cpu": PromptLimit(512, "on a CPU each method of the race reads the prompt again, and a 1,000-token prompt "
                             "takes tens of seconds to read once"),
     "cuda": PromptLimit(4096, "longer prompts would make a race outlast the time one visitor gets"),
 }
@@ -80,6 +90,7 @@ class RaceInputs:
     sampling: Sampling
     precision: str
     tree: dict[str, Any]  # the drafting columns' settings by their declared names (TREE_NAMES)
+    methods: tuple[str, ...] = RACE_METHODS  # the race's columns
 
 
 def text(value: Any, label: str) -> str:
@@ -98,7 +109,8 @@ def text(value: Any, label: str) -> str:
 
 def tree_settings(tree: Mapping[str, Any]) -> dict[str, Any]:
     """The panel's tree settings, each parsed within the app's range, then checked together per column (DDD's
-    checks within its max draft calls); the values by name."""
+    checks within its max draft calls); the values by name. The cost column's are checked while it is off too:
+    its widgets hold them all the same, and a preset fills them."""
     values = {}
     for setting in TREE_SETTINGS:
         raw = tree[setting.name]
@@ -113,10 +125,19 @@ def tree_settings(tree: Mapping[str, Any]) -> dict[str, Any]:
     return values
 
 
+def cost_switch(value: Any) -> tuple[str, ...]:
+    """The race's columns, from the cost column's checkbox (None, as an API call may send, is off)."""
+    if value is None:
+        return RACE_METHODS
+    if not isinstance(value, bool):
+        raise InputError(f"{COST_SWITCH_LABEL} must be true or false, not {excerpt(value)}.")
+    return COLUMN_METHODS if value else RACE_METHODS
+
+
 def race_inputs(prompt: Any, max_new_tokens: Any, temperature: Any, top_p: Any, seed: Any, precision: Any,
-                precisions: list[str], **tree: Any) -> RaceInputs:
+                precisions: list[str], race_cost: Any = False, **tree: Any) -> RaceInputs:
     """Every Run input checked, in the order the panel shows them; the first problem raises InputError.
-    `tree`: the tree settings by their declared names (TREE_NAMES)."""
+    `race_cost`: whether the cost rule races too; `tree`: the tree settings by their declared names (TREE_NAMES)."""
     prompt = text(prompt, "The prompt").strip()
     if not prompt:
         raise InputError("The prompt is empty: type a question or pick an example.")
@@ -128,8 +149,9 @@ def race_inputs(prompt: Any, max_new_tokens: Any, temperature: Any, top_p: Any, 
     run = {s.name: checked(s, v) for s, v in zip(RUN_SETTINGS, (max_new_tokens, temperature, top_p, seed))}
     if precision not in precisions:
         raise InputError(f"precision must be one of {', '.join(precisions)}, not {excerpt(precision)}.")
+    methods = cost_switch(race_cost)
     return RaceInputs(prompt=prompt, max_new_tokens=run.pop("max_new_tokens"), sampling=Sampling(**run),
-                      precision=precision, tree=tree_settings(tree))
+                      precision=precision, tree=tree_settings(tree), methods=methods)
 
 
 def replay_speed(value: Any) -> float:

@@ -5,10 +5,11 @@ import math
 
 from ddd.trace import RunTrace, Step
 
-from .race import METHOD_LABELS, Race
+from .race import METHOD_LABELS, TREE_METHODS, Race
 from .tokens import quoted
 
 MAX_LISTED = 5
+WHY = "**Why this depth:** "
 
 
 def _listing(texts: list[str], limit: int = MAX_LISTED) -> str:
@@ -24,7 +25,7 @@ def candidates_drafted(step: Step, trace: RunTrace | None) -> int:
     """Candidates the draft proposed this step: K (the beam width) at the root call, K² per later call (EAGLE-2
     / DDD); falls back to the recorded pool when the settings do not say."""
     width = trace.settings.get("beam_width") if trace is not None else None
-    if width and trace is not None and trace.method in ("eagle2", "ddd") and step.draft_calls:
+    if width and trace is not None and trace.method in TREE_METHODS and step.draft_calls:
         return int(width + (step.draft_calls - 1) * width * width)
     return max(len(step.pool) - 1, 0)
 
@@ -66,16 +67,32 @@ def narrate(step: Step, trace: RunTrace, race: Race | None = None) -> str:
     levels = step.draft_calls
     drafted = candidates_drafted(step, trace)
     checked = max(step.verified - 1, 0)
+    ranking = ("calibrated path probability (the count with the best expected tokens per plain step)"
+               if trace.method == "cost" else "cumulative probability")
     parts.append(f"The draft head proposed {_plural(drafted, 'candidate')} in {_plural(levels, 'level')} "
                  f"({_plural(levels, 'draft call')}, {step.draft_ms:.0f} ms); the rerank kept the "
-                 f"{checked} with the highest cumulative probability and the target checked them all in one "
+                 f"{checked} with the highest {ranking} and the target checked them all in one "
                  f"forward pass ({step.verify_ms:.0f} ms).")
     text, whole = _acceptance(step, trace)
     parts.append(text)
-    # The depth decision, stated once: DDD's from its checks, a fixed tree's from its settings.
-    parts.append(_depth(step, race, whole) if trace.method == "ddd" else _fixed_depth(step, name, whole))
+    parts.append(WHY + why_depth(step, trace, race, whole))
     parts.append(_timing(step, race, tokens))
     return " ".join(p for p in parts if p)
+
+
+def why_depth(step: Step, trace: RunTrace, race: Race | None = None, whole: bool = False) -> str:
+    """Why the step's tree stopped at its depth, with the numbers the decision weighed, stated once: DDD's from
+    its confidence checks, the cost rule's from its last weighing, a fixed tree's from its settings; `whole`:
+    the target accepted every level drafted."""
+    name = METHOD_LABELS.get(trace.method, trace.method)
+    if step.draft_calls < step.max_draft_calls and not (step.checks and step.checks[-1].stop):
+        return (f"{name} stopped after {_plural(step.draft_calls, 'draft call')}, short of its "
+                f"{step.max_draft_calls}: the model's context had room for no deeper level.")
+    if trace.method == "ddd":
+        return _depth(step, trace, race, whole)
+    if trace.method == "cost":
+        return _cost_depth(step, whole)
+    return _fixed_depth(step, name, whole)
 
 
 def _acceptance(step: Step, trace: RunTrace) -> tuple[str, bool]:
@@ -122,25 +139,26 @@ def _acceptance(step: Step, trace: RunTrace) -> tuple[str, bool]:
 
 
 def _fixed_depth(step: Step, name: str, whole: bool) -> str:
-    if not whole:
-        return ""
-    return (f"{name} drafts a fixed {_plural(step.draft_calls, 'level')}, so it stopped there although the target "
-            "accepted all of them: a deeper draft might have given more tokens this step.")
+    text = f"{name} drafts a fixed {_plural(step.draft_calls, 'level')}, its setting, so it stopped there"
+    if whole:
+        text += " although the target accepted all of them: a deeper draft might have given more tokens this step"
+    return text + "."
 
 
-def _depth(step: Step, race: Race | None, whole: bool) -> str:
+def _depth(step: Step, trace: RunTrace, race: Race | None, whole: bool) -> str:
     """DDD's depth decision and, when the whole draft was accepted, what that decision cost."""
     calls, limit = step.draft_calls, step.max_draft_calls
     eagle2 = _eagle2_depth(race)
     per_call = _ms_per_call(step)
     if not step.checks:
-        return f"DDD drafted {_plural(calls, 'level')} without checking its confidence."
+        return (f"DDD drafted all {_plural(limit, 'level')}, its maximum, without checking its confidence: none of "
+                "its checks comes before its last draft call.")
     last = step.checks[-1]
     earlier = [c for c in step.checks if not c.stop]
     if last.stop:
         text = (f"DDD stopped after {_plural(calls, 'draft call')}: the beam held only "
                 f"{_share(last.confidence)} of the draft probability (H = {last.confidence:.2f}, below the "
-                f"threshold {_threshold(race)}), so it judged deeper levels unlikely to be accepted.")
+                f"threshold {_threshold(trace)}), so it judged deeper levels unlikely to be accepted.")
         saved = limit - calls
         if saved > 0:
             text += f" That saved {_plural(saved, 'draft call')} (about {saved * per_call:.0f} ms) against its maximum of {limit}"
@@ -158,7 +176,7 @@ def _depth(step: Step, race: Race | None, whole: bool) -> str:
         return text
     checks = ", ".join(f"{c.confidence:.2f}" for c in earlier)
     text = (f"DDD's beam stayed confident at every check (H = {checks}, all at or above the threshold "
-            f"{_threshold(race)}), so it drafted all {_plural(limit, 'level')}, its maximum")
+            f"{_threshold(trace)}), so it drafted all {_plural(limit, 'level')}, its maximum")
     if eagle2 is not None and calls > eagle2:
         text += (f": {calls - eagle2} deeper than EAGLE-2's fixed {eagle2}, at a cost of about "
                  f"{(calls - eagle2) * per_call:.0f} ms of extra drafting")
@@ -171,10 +189,44 @@ def _share(log_p: float) -> str:
     return f"{p:.0%}" if p >= 0.01 else f"{p * 100:.1g}%"
 
 
-def _threshold(race: Race | None) -> str:
-    ddd = race.get("ddd") if race is not None else None
-    value = ddd.settings.get("threshold") if ddd is not None else None
+def _threshold(trace: RunTrace) -> str:
+    value = trace.settings.get("threshold")
     return f"{float(value):g}" if value is not None else "x"
+
+
+def _num(value: float) -> str:
+    """A token count or a time in plain steps: two decimals, or two significant digits where those show 0.00."""
+    return f"{value:.2f}" if abs(value) >= 0.1 or value == 0 else f"{value:.2g}"
+
+
+def _cost_depth(step: Step, whole: bool) -> str:
+    """The cost rule's depth decision from its last weighing (ddd/costs.py): E tokens expected in T plain steps
+    make (E + 1) / T per step; one more level paid only if what it adds, dE / dT, beat that."""
+    calls, limit = step.draft_calls, step.max_draft_calls
+    if not step.checks:
+        return (f"The cost rule drafted {_plural(calls, 'level')}, its maximum: with a {limit}-call limit there was "
+                "no deeper level to weigh.")
+    last = step.checks[-1]
+    expected, time, gain, extra = last.expected or 0.0, last.time or 1.0, last.gain or 0.0, last.time_gain or 0.0
+    rate = (expected + 1) / time
+    now = (f"its best tree after call {last.call}, {_plural(last.verified or 1, 'verified token')}, expected "
+           f"E = {_num(expected)} accepted tokens in T = {_num(time)} plain steps, (E + 1) / T = {_num(rate)} tokens "
+           "per plain step")
+    if extra > 0:
+        forecast = (f"one more level was forecast to add dE = {_num(gain)} tokens for dT = {_num(extra)} steps, "
+                    f"dE / dT = {_num(gain / extra)} per step")
+    else:  # verifying fewer tokens made the deeper tree no slower: the rates themselves compare
+        deeper = (expected + gain + 1) / (time + extra)
+        forecast = (f"one more level was forecast to add dE = {_num(gain)} tokens and dT = {_num(extra)} steps, "
+                    f"(E + dE + 1) / (T + dT) = {_num(deeper)} per step")
+    if last.stop:
+        text = (f"The cost rule stopped after {_plural(calls, 'draft call')}: {now}; {forecast}, not above "
+                f"{_num(rate)}, so drafting deeper would have slowed the step.")
+        if whole:
+            text += " The target accepted every level drafted, so this time one more might have paid."
+        return text
+    return (f"The cost rule drafted all {_plural(limit, 'level')}, its maximum: at its last weighing, {now}; "
+            f"{forecast}, above {_num(rate)}, so only the {limit}-call limit stopped it.")
 
 
 def _timing(step: Step, race: Race | None, tokens: int) -> str:

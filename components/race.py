@@ -1,4 +1,4 @@
-"""A race: the three runs of one prompt (plain, EAGLE-2, DDD) kept together in one JSON file.
+"""A race: the runs of one prompt (plain, EAGLE-2, DDD, and the cost rule when asked) kept together in one JSON file.
 
 Each run inside keeps the engine's RunTrace schema (with its own schema_version); the race wrapper
 adds its own format name and version so that a file of another kind or version is refused clearly.
@@ -19,9 +19,12 @@ from ddd.trace import RunTrace
 
 RACE_FORMAT = "ddd-explorer-race"
 RACE_VERSION = 1
-RACE_METHODS = ("plain", "eagle2", "ddd")
+RACE_METHODS = ("plain", "eagle2", "ddd")  # the columns every race has
+COST_METHOD = "cost"  # the fourth column, raced when the visitor switches it on
+COLUMN_METHODS = (*RACE_METHODS, COST_METHOD)
+TREE_METHODS = ("eagle2", "ddd", COST_METHOD)  # the columns whose draft trees the step view shows
 DROPPED_SHOWN = 5  # the tree view shows at most this many of each level's best candidates the rerank dropped
-METHOD_LABELS = {"plain": "Plain", "eagle": "EAGLE", "eagle2": "EAGLE-2", "ddd": "DDD"}
+METHOD_LABELS = {"plain": "Plain", "eagle": "EAGLE", "eagle2": "EAGLE-2", "ddd": "DDD", "cost": "Cost rule"}
 
 
 class RaceFileError(ValueError):
@@ -42,7 +45,11 @@ class Race:
 
     @property
     def methods(self) -> list[str]:
-        return [m for m in (*RACE_METHODS, "eagle") if m in self.traces]
+        return [m for m in (*COLUMN_METHODS, "eagle") if m in self.traces]
+
+    def columns(self) -> tuple[str, ...]:
+        """The race columns it fills: the three of every race, and the cost rule's where it has that run."""
+        return COLUMN_METHODS if COST_METHOD in self.traces else RACE_METHODS
 
     def get(self, method: str) -> RunTrace | None:
         return self.traces.get(method)
@@ -56,7 +63,7 @@ class Race:
 
     def decode_steps(self) -> int:
         """How many steps the step slider needs: the longest speculative run (prefill = step 0)."""
-        lengths = [len(self.traces[m].steps) for m in ("eagle2", "ddd", "eagle") if m in self.traces]
+        lengths = [len(self.traces[m].steps) for m in (*TREE_METHODS, "eagle") if m in self.traces]
         if not lengths:
             lengths = [len(t.steps) for t in self.traces.values()]
         return max(lengths, default=0)

@@ -24,6 +24,7 @@ Fail = Callable[[str, str], RaceFileError]
 MAX_TOKENS = int(MAX_NEW_TOKENS.bounds(ui=True)[1])
 MAX_PROMPT_TOKENS = max(limit.prompt_tokens for limit in PROMPT_LIMITS.values())
 SHARED = ("prompt", "prompt_tokens", "precision", "model", "device")  # one of each per race
+WEIGHED = ("expected", "time", "verified", "gain", "time_gain")  # what a cost rule's check records (DepthCheck)
 
 
 @dataclass(frozen=True)
@@ -34,7 +35,8 @@ class Shape:
     width: int | None  # beam width: K nodes at the root call, K x K candidates per later call (None: static tree)
     nodes: int  # drafted nodes of a static tree
     verified: int  # nodes sent to the target, the root included
-    checks: bool  # whether the run checks its confidence (DDD)
+    checks: bool  # whether the run checks its depth (DDD, the cost rule)
+    weighs: bool  # whether its checks weigh expected tokens against time (the cost rule, ddd/costs.py)
 
     @classmethod
     def of(cls, trace: RunTrace) -> "Shape | None":
@@ -43,9 +45,10 @@ class Shape:
         settings = parse_settings(trace.method, trace.settings)
         if trace.method == "eagle":
             tree = settings.tree
-            return cls(max(len(p) for p in tree), None, len(tree), len(tree) + 1, False)
+            return cls(max(len(p) for p in tree), None, len(tree), len(tree) + 1, False, False)
         calls = settings.draft_calls if trace.method == "eagle2" else settings.max_draft_calls
-        return cls(calls, settings.beam_width, 0, settings.total_tokens, trace.method == "ddd")
+        return cls(calls, settings.beam_width, 0, settings.total_tokens, trace.method in ("ddd", "cost"),
+                   trace.method == "cost")
 
     def pool(self, calls: int) -> int:
         """The most nodes `calls` draft calls put in the pool, the root included."""
@@ -113,13 +116,42 @@ def _step(step: Step, shape: Shape | None, where: str, fail: Fail) -> None:
 
 def _checks(step: Step, shape: Shape, where: str, fail: Fail) -> None:
     if step.checks and not shape.checks:
-        raise fail(f"{where}.checks", "lists confidence checks, but only DDD checks its confidence")
+        raise fail(f"{where}.checks", "lists depth checks, but only DDD and the cost rule check their depth")
     calls = [c.call for c in step.checks]
     if calls != sorted(set(calls)) or any(c > step.draft_calls for c in calls):
         raise fail(f"{where}.checks", f"must be after distinct draft calls in order, each at most the "
                                       f"{step.draft_calls} made")
     if any(c.stop for c in step.checks[:-1]):
         raise fail(f"{where}.checks", "go on after a check that stopped the drafting")
+    if step.checks and step.checks[-1].stop and calls[-1] != step.draft_calls:
+        raise fail(f"{where}.checks", f"stop the drafting after call {calls[-1]}, yet the step made "
+                                      f"{step.draft_calls} draft calls")
+    if shape.weighs:
+        _weighings(step, shape, where, fail)
+    elif any(getattr(c, name) is not None for c in step.checks for name in WEIGHED):
+        raise fail(f"{where}.checks", "record the cost rule's expected tokens and times, but this run weighs "
+                                      "only its confidence")
+
+
+def _weighings(step: Step, shape: Shape, where: str, fail: Fail) -> None:
+    """The cost rule weighs after every draft call: each check holds the best tree so far (E tokens expected
+    of its verified ones, in T plain steps, at least the target's one forward) and the forecast of one more
+    level (dE, dT: either may be negative where the deeper tree verifies fewer tokens)."""
+    if [c.call for c in step.checks] != list(range(1, len(step.checks) + 1)):
+        raise fail(f"{where}.checks", "must follow every draft call from the first: the cost rule weighs each")
+    for i, check in enumerate(step.checks):
+        at = f"{where}.checks[{i}]"
+        missing = [name for name in WEIGHED if getattr(check, name) is None]
+        if missing:
+            raise fail(at, f"lacks {', '.join(missing)}: the cost rule records what it weighed")
+        if not 1 <= check.verified <= shape.verified:
+            raise fail(f"{at}.verified", f"is {check.verified}, outside the 1 to {shape.verified} tokens its "
+                                         "settings verify")
+        if not 0 <= check.expected <= check.verified - 1:
+            raise fail(f"{at}.expected", f"is {check.expected:g}, but {check.verified - 1} verified draft tokens "
+                                         "are expected to give 0 to as many")
+        if check.time < 1:
+            raise fail(f"{at}.time", f"is {check.time:g}, less than the target's own forward (1 plain step)")
 
 
 def _pool(step: Step, shape: Shape, where: str, fail: Fail) -> None:

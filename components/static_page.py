@@ -28,8 +28,8 @@ from .about import about_markdown
 from .answer import LEGEND, answer_html, counters_html
 from .charts import METHOD_COLORS, SUMMARY_HEADERS, summary_rows, timeline_figure
 from .race import DROPPED_SHOWN, METHOD_LABELS, RACE_FORMAT, RACE_METHODS, RACE_VERSION, Race
-from .runfile import (CHECK_FIELDS, LIMITS, NODE_FIELDS, RACE_FIELDS, STEP_FIELDS, SUMMARY_KEYS, TRACE_FIELDS,
-                      TRACE_REQUIRED, load_race)
+from .runfile import (CHECK_FIELDS, CHECK_REQUIRED, LIMITS, NODE_FIELDS, RACE_FIELDS, STEP_FIELDS, SUMMARY_KEYS,
+                      TRACE_FIELDS, TRACE_REQUIRED, load_race)
 from .tokens import escape
 from .tree import BAND_COLORS, COLORS, GHOST_COLOR, GHOST_LINE, LABEL_POSITIONS, STATUS_NAMES
 from .verdict import headline_html
@@ -95,9 +95,9 @@ def race_bundle(race: Race) -> dict[str, Any]:
     steps: dict[str, list[int]] = {key: [] for key in STEP_KEYS}
     for index in range(rounds(race)):
         view = step_view(race, index)
-        values = {"txt_eagle2": view.eagle2_text, "txt_ddd": view.ddd_text, "narration": markdown_html(view.narration),
-                  "tree_eagle2": figure_json(view.eagle2_tree), "tree_ddd": figure_json(view.ddd_tree),
-                  "depth": figure_json(view.depth)}
+        values = {"txt_eagle2": view.texts["eagle2"], "txt_ddd": view.texts["ddd"],
+                  "narration": markdown_html(view.narration), "tree_eagle2": figure_json(view.trees["eagle2"]),
+                  "tree_ddd": figure_json(view.trees["ddd"]), "depth": figure_json(view.depth)}
         for method in RACE_METHODS:
             values[f"ans_{method}"], values[f"cnt_{method}"] = column_at(race, method, index)
         for key in STEP_KEYS:
@@ -127,7 +127,7 @@ def constants() -> dict[str, Any]:
         "format": RACE_FORMAT, "version": RACE_VERSION, "schema": SCHEMA_VERSION, "statuses": list(STATUSES),
         "fields": {"race": sorted(RACE_FIELDS), "trace": sorted(TRACE_FIELDS), "traceRequired": sorted(TRACE_REQUIRED),
                    "step": sorted(STEP_FIELDS), "node": sorted(NODE_FIELDS), "check": sorted(CHECK_FIELDS),
-                   "summary": sorted(SUMMARY_KEYS)},
+                   "checkRequired": sorted(CHECK_REQUIRED), "summary": sorted(SUMMARY_KEYS)},
         "settings": {method: _declared(declared) for method, declared in METHOD_DECLARATIONS.items()},
         "sampling": _declared(SAMPLING_SETTINGS), "precisions": list(PRECISIONS), "chainEnds": list(CHAIN_ENDS),
         "labels": METHOD_LABELS, "methods": list(RACE_METHODS), "colors": COLORS, "statusNames": STATUS_NAMES,

@@ -14,7 +14,7 @@ from .about import about_markdown
 from .answer import answer_html, counters_html
 from .charts import SUMMARY_HEADERS, depth_figure, summary_rows, timeline_figure
 from .narration import narrate
-from .race import METHOD_LABELS, RACE_METHODS, Race
+from .race import COLUMN_METHODS, METHOD_LABELS, RACE_METHODS, TREE_METHODS, Race
 from .tokens import escape
 from .tree import tree_figure
 from .verdict import headline_html
@@ -61,18 +61,17 @@ CSS = """
 @dataclass
 class StepView:
     index: int
-    eagle2_text: str
-    ddd_text: str
-    eagle2_tree: go.Figure
-    ddd_tree: go.Figure
+    texts: dict[str, str]  # by method (TREE_METHODS): the text so far, the step outlined
+    trees: dict[str, go.Figure]  # by method: the step's draft tree
     narration: str
     depth: go.Figure
 
 
-def column_views(race: Race | None, shade: bool = True) -> list[str]:
-    """Answer HTML of plain, EAGLE-2, DDD, then their counters (6 strings)."""
+def column_views(race: Race | None, shade: bool = True, methods: tuple[str, ...] | None = None) -> list[str]:
+    """Answer HTML of each column of `methods` (by default the race's own: plain, EAGLE-2, DDD, and the cost rule
+    where it ran), then their counters."""
     answers, counts = [], []
-    for method in RACE_METHODS:
+    for method in methods or (race.columns() if race else RACE_METHODS):
         trace = race.get(method) if race else None
         answers.append(answer_html(trace, shade=shade, placeholder="(no run yet)" if trace is None else ""))
         status = "not run" if race is not None and trace is None else ""
@@ -85,7 +84,7 @@ def column_views(race: Race | None, shade: bool = True) -> list[str]:
 def race_info(race: Race | None) -> str:
     if race is None:
         return "No run loaded yet."
-    any_trace = next((race.traces[m] for m in ("ddd", "eagle2") if m in race.traces),
+    any_trace = next((race.traces[m] for m in ("ddd", "eagle2", "cost") if m in race.traces),
                      next(iter(race.traces.values())))
     sampling = any_trace.sampling
     mode = "greedy" if not sampling.get("temperature") else escape(
@@ -95,7 +94,7 @@ def race_info(race: Race | None) -> str:
     parts = [f"{title}Prompt: “{escape(race.prompt[:300])}”",
              f"Model {escape(source_name(any_trace.model))} ({escape(any_trace.precision)}, {escape(any_trace.device)}), "
              f"head: {escape(source_name(any_trace.head))}, {mode}."]
-    for method in ("eagle2", "ddd"):
+    for method in TREE_METHODS:
         trace = race.get(method)
         if trace is not None:
             settings = ", ".join(f"{k} {v}" for k, v in trace.settings.items())
@@ -127,30 +126,30 @@ def _at(trace: RunTrace | None, index: int):
 
 
 def step_view(race: Race | None, index: int, shade: bool = True, show: str = "shown") -> StepView:
-    """Views of step `index` for EAGLE-2 and DDD (a run that had already finished shows its last step)."""
-    eagle2 = race.get("eagle2") if race else None
-    ddd = race.get("ddd") if race else None
-    texts, trees, words = [], [], []
-    for trace in (eagle2, ddd):
+    """Views of step `index` for EAGLE-2, DDD and the cost rule (a run that had already finished shows its last
+    step; a column the race lacks says so)."""
+    texts, trees, words = {}, {}, []
+    for method in TREE_METHODS:
+        trace = race.get(method) if race else None
         step = _at(trace, index)
         if trace is None or step is None:
-            texts.append(answer_html(None, placeholder="(no run)"))
-            trees.append(tree_figure(None, trace))
+            texts[method] = answer_html(None, placeholder="(no run)")
+            trees[method] = tree_figure(None, trace)
             continue
         finished = index >= len(trace.steps)
-        texts.append(answer_html(trace, upto=step.index, current=step.index, shade=shade))
-        trees.append(tree_figure(step, trace, show=show))
+        texts[method] = answer_html(trace, upto=step.index, current=step.index, shade=shade)
+        trees[method] = tree_figure(step, trace, show=show)
         prefix = (f"*{METHOD_LABELS[trace.method]} had already finished; its last step:* "
                   if finished else "")
         words.append(prefix + narrate(step, trace, race))
-    return StepView(index, texts[0], texts[1], trees[0], trees[1], "\n\n".join(words) or "Nothing to narrate yet.",
+    return StepView(index, texts, trees, "\n\n".join(words) or "Nothing to narrate yet.",
                     depth_figure(race, current=index if race else None))
 
 
 def race_views(race: Race | None, shade: bool = True) -> dict[str, Any]:
     """Everything that depends on the whole race (figures are built once per race, not per step)."""
     return {
-        "columns": column_views(race, shade),
+        "columns": column_views(race, shade, COLUMN_METHODS),  # every column: a race without one clears it
         "timeline": timeline_figure(race),
         "summary": summary_table(race),
         "about": about_markdown(race),

@@ -40,8 +40,8 @@ class ModelPair:
         return {**PAPERS_TREE_SETTINGS, **dict(self.settings)}
 
 
-# The EAGLE-2 and DDD papers' tree settings, by declared name.
-PAPERS_TREE_SETTINGS = {s.name: s.default for m in ("eagle2", "ddd") for s in METHOD_DECLARATIONS[m]}
+# The EAGLE-2 and DDD papers' tree settings (and the cost rule's declared defaults), by declared name.
+PAPERS_TREE_SETTINGS = {s.name: s.default for m in ("eagle2", "ddd", "cost") for s in METHOD_DECLARATIONS[m]}
 # The official EAGLE-3 code drafts to depth 7 by default: the root call and seven expansions. DDD's deepest
 # tree (max_draft_calls, 11 in its paper) stays at least that deep.
 EAGLE3_DRAFT_CALLS = 8
@@ -87,17 +87,26 @@ def free_memory(device: str) -> int:
     return 0
 
 
+def model_config(model: str) -> Any:
+    """`model`'s config, the only file read (fetched, for a hub id) before the model itself is asked for."""
+    try:
+        return AutoConfig.from_pretrained(str(fetch(model, "model", ["config.json"])))
+    except (OSError, ValueError) as err:
+        raise ModelLoadError(f"Could not read the config of {model!r}: {err}") from None
+
+
+def needed_bytes(config: Any, dtype: str) -> int:
+    """The memory a model of `config` takes loaded in `dtype`, with HEADROOM for what grows beside it."""
+    return int(parameter_count(config) * bytes_per_parameter(dtype) * HEADROOM)
+
+
 def check_fits(model: str | None, dtype: str, device: str, freed: int = 0) -> None:
     """Raise ModelLoadError when `model` in `dtype` would not fit `device` (`freed`: bytes that unloading the
     current model gives back). Reads only the model's config."""
     if model in (None, DEFAULT_MODEL):
         return  # the small default fits anywhere the app runs
-    try:
-        config = AutoConfig.from_pretrained(str(fetch(model, "model", ["config.json"])))
-    except (OSError, ValueError) as err:
-        raise ModelLoadError(f"Could not read the config of {model!r}: {err}") from None
-    params = parameter_count(config)
-    needed = int(params * bytes_per_parameter(dtype) * HEADROOM)
+    config = model_config(model)
+    needed = needed_bytes(config, dtype)
     available = free_memory(device) + freed
     if needed > available:
         raise ModelLoadError(
@@ -105,7 +114,7 @@ def check_fits(model: str | None, dtype: str, device: str, freed: int = 0) -> No
             f"is free there: choose a smaller model or precision, or a machine with more memory.")
     if is_hub_id(model) and not cached(model):
         # Published checkpoints store 16-bit weights; a download that cannot fit would fail half-way.
-        download, disk = params * 2, shutil.disk_usage(hub_cache()).free
+        download, disk = parameter_count(config) * 2, shutil.disk_usage(hub_cache()).free
         if download > disk:
             raise ModelLoadError(f"{model} is about {download / 2**30:.1f} GiB to download and the model cache has "
                                  f"{disk / 2**30:.1f} GiB free.")

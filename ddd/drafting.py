@@ -227,7 +227,7 @@ class CostDepth(DepthPolicy):
 
     def begin(self) -> None:
         self._path = [1.0]  # calibrated path probability of each pool node, the root first
-        self._chunks = 0  # the pool's chunks (levels) read into _path
+        self._chunks = 1  # the pool's chunks (levels) read into _path: the root's is its 1.0 above
         self._parent_mass = 1.0  # what the nodes expanded by the latest call carried (the root: 1)
 
     def _read(self, pool: Pool) -> float:

@@ -1,8 +1,10 @@
 """The model menu: the papers' target/head pairs (ddd.catalog), or any model and head typed in by hub id, each
 checked for memory before anything loads. A choice is the visitor's own: it lives in their Session and loads on
 their next Run, while every other visitor keeps racing theirs. On a CPU only what races there at a usable pace
-is offered; on a ZeroGPU Space the menu is off (its models load once, at start-up)."""
+is offered; on a ZeroGPU Space only the pairs loaded at start-up (Models.pin), since nothing can load later."""
 from __future__ import annotations
+
+from dataclasses import dataclass
 
 from components.inputs import InputError
 from ddd.catalog import PAIRS, ModelPair, check_fits
@@ -21,6 +23,13 @@ def offered(device: str) -> list[ModelPair]:
     return [p for p in PAIRS if device.startswith("cuda") or not p.gpu_only]
 
 
+def available(models: Models) -> list[ModelPair]:
+    """The pairs a visitor may choose: those pinned at start-up where the models are pinned, else `offered`."""
+    if models.pinned:
+        return [p for p in PAIRS if models.pinned_choice(ModelChoice(p.model, p.head))]
+    return offered(models.device())
+
+
 def menu_labels(device: str) -> list[str]:
     return [p.label for p in offered(device)] + [OTHER]
 
@@ -28,7 +37,25 @@ def menu_labels(device: str) -> list[str]:
 def current_label(models: Models) -> str:
     """The menu entry of the app's own pair (OTHER for one given on the command line)."""
     config = models.config
-    return next((p.label for p in offered(models.device()) if (p.model, p.head) == (config.model, config.head)), OTHER)
+    return next((p.label for p in available(models) if (p.model, p.head) == (config.model, config.head)), OTHER)
+
+
+@dataclass(frozen=True)
+class MenuItems:
+    """What the page's model menu shows: its entries, the one selected, and whether it is shown at all."""
+
+    labels: list[str]
+    chosen: str
+    shown: bool
+
+
+def menu_items(models: Models) -> MenuItems:
+    """The pinned pairs alone where the models are pinned (no typed ids: nothing loads later), shown when there
+    is more than one; elsewhere this device's pairs and typed ids."""
+    if models.pinned:
+        labels = [p.label for p in available(models)]
+        return MenuItems(labels, current_label(models), len(labels) > 1)
+    return MenuItems(menu_labels(models.device()), current_label(models), True)
 
 
 class ModelMenu:
@@ -41,11 +68,12 @@ class ModelMenu:
         loads or unloads here: other visitors' races go on with their own models."""
         ui, models = self.ui, self.models
         session = session or Session()
-        if models.pinned:
-            return {ui["message"]: message("This Space loads its model once, at start-up: the menu is off here."),
-                    ui["session"]: session}
-        pair = next((p for p in offered(models.device()) if p.label == label), None)
+        pairs = available(models)
+        pair = next((p for p in pairs if p.label == label), None)
         try:
+            if pair is None and models.pinned:
+                raise InputError(f"This Space loaded its models at start-up and offers only those: "
+                                 f"{'; '.join(p.label for p in pairs)}.")
             if pair is None and label != OTHER:
                 raise InputError(f"There is no model choice called {label!r} here.")
             choice = ModelChoice(pair.model, pair.head) if pair else ModelChoice(

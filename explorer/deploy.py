@@ -29,6 +29,8 @@ from packaging.requirements import Requirement
 from components.static_page import PLAYER, write_static_page
 from ddd.models import DEFAULT_HUB_ID
 
+from .models import ZERO_GPU_BYTES
+
 ROOT = Path(__file__).resolve().parent.parent
 KINDS = ("zerogpu", "cpu", "static")
 PACKAGES = ("ddd", "components", "explorer")  # the project's own top-level packages
@@ -154,8 +156,8 @@ def front_matter(kind: Kind) -> dict:
     if kind.name == "static":
         front.update(sdk="static", app_file="index.html")
     else:
-        # A ZeroGPU Space loads its model once, at start-up, and turns the model menu off (explorer.choosing):
-        # the default model is the one it can load. On a CPU the menu offers the default model only.
+        # The model every start loads: beside it a ZeroGPU Space loads only the papers' pairs that fit its GPU and
+        # that the hub gives it (explorer.models.Models.pin), and a CPU Space offers the default model only.
         front.update(sdk="gradio", sdk_version=gradio.__version__, app_file="app.py", python_version=kind.python,
                      suggested_hardware=kind.hardware, models=[DEFAULT_HUB_ID])
     front.update(pinned=False, license="mit",
@@ -207,8 +209,13 @@ def readme(kind: Kind) -> str:
         ]
         if kind.name == "zerogpu":
             body += [
-                "On ZeroGPU the model loads once, at start-up, in float16 on the GPU; each race runs in a GPU "
-                "process reserved for about as long as the tokens asked for need, and the model menu is off.",
+                "On ZeroGPU the models load once, at start-up, in float16, and the model menu offers exactly those: "
+                "the default pair and each of the papers' pairs (7-8B targets with their EAGLE heads) that fits the "
+                f"GPU's {ZERO_GPU_BYTES // 10**9} GB beside the pairs before it, downloaded from the hub at start-up, "
+                "so the first start takes long. The Llama models are gated on the hub: without a token that may "
+                "read them (an `HF_TOKEN` secret) their pairs are left out, and the Space's log says which pair was "
+                "left out and why. Each race runs in a GPU process reserved for about as long as the tokens asked "
+                "for need.",
             ]
         else:
             body += [

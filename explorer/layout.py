@@ -7,8 +7,9 @@ from typing import Any
 import gradio as gr
 
 from components.answer import LEGEND, answer_html, counters_html
-from components.inputs import RUN_SETTINGS, TREE_COLUMNS, TREE_NAMES, TREE_SETTINGS, label
-from components.race import RACE_METHODS
+from components.inputs import (COST_SWITCH, COST_SWITCH_LABEL, RUN_SETTINGS, TREE_COLUMNS, TREE_NAMES, TREE_SETTINGS,
+                               label)
+from components.race import COLUMN_METHODS, COST_METHOD, METHOD_LABELS, RACE_METHODS, TREE_METHODS
 from components.verdict import headline_html
 from components.widgets import CheckedNumber, CheckedSlider
 from ddd.settings import METHOD_DECLARATIONS, Setting
@@ -21,17 +22,28 @@ INTRO = """# DDD Explorer
 **EAGLE-2** drafts a tree of guesses with a small head and lets the model check them all in one pass; **DDD** does the same
 but chooses how deep to draft from the draft's own confidence. The headline says who was faster and whether it was more than noise."""
 PRECISION_INFO = ("int8 (CPU only): verifying a tree costs least, so speculative decoding pays most; its answers "
-                  "differ from float32's. bfloat16 runs slower on most CPUs. All three methods use the one chosen.")
+                  "differ from float32's. bfloat16 runs slower on most CPUs. Every method of the race uses the one "
+                  "chosen.")
 TREE_MODES = {"verified + best dropped": "shown", "verified only": "verified", "whole candidate pool": "all"}
 REPLAY_SPEEDS = ["0.5×", "1×", "2×", "4×"]
+COST_INFO = ("a fourth column, the cost rule (see About): it drafts as deep and verifies as many tokens as this machine's "
+             "costs make pay; it takes the beam width, max draft calls and total tokens above")
+
+
+def column_outputs(methods: tuple[str, ...]) -> list[str]:
+    """The race columns' outputs for `methods`: their answers, then their counters."""
+    return [f"ans_{m}" for m in methods] + [f"cnt_{m}" for m in methods]
+
+
 # The outputs of the callbacks that show a whole race, and those that show one step, in the API's order.
-RACE_OUTPUTS = ["ans_plain", "ans_eagle2", "ans_ddd", "cnt_plain", "cnt_eagle2", "cnt_ddd", "slider",
-                "txt_eagle2", "txt_ddd", "tree_eagle2", "tree_ddd", "narration", "depth", "timeline", "summary",
-                "about", "info", "headline", "download", "message", "session"]
-COLUMNS = RACE_OUTPUTS[:6]
-STEP_OUTPUTS = ["txt_eagle2", "txt_ddd", "tree_eagle2", "tree_ddd", "narration", "depth"]
+COLUMNS = column_outputs(COLUMN_METHODS)
+STEP_OUTPUTS = [f"txt_{m}" for m in TREE_METHODS] + [f"tree_{m}" for m in TREE_METHODS] + ["narration", "depth"]
+RACE_OUTPUTS = [*COLUMNS, "slider", *STEP_OUTPUTS, "timeline", "summary", "about", "info", "headline", "download",
+                "message", "session", COST_SWITCH]
+# What the cost column's switch shows and hides: its settings, its race column and its step-through column.
+COST_PARTS = ["cost_settings", f"column_{COST_METHOD}", f"steps_{COST_METHOD}"]
 # The Run button's settings in the order it sends them (components.inputs.race_inputs takes that order).
-SETTINGS = [s.name for s in RUN_SETTINGS] + ["precision"] + TREE_NAMES
+SETTINGS = [s.name for s in RUN_SETTINGS] + ["precision"] + TREE_NAMES + [COST_SWITCH]
 
 
 class Ui(dict):
@@ -75,8 +87,8 @@ def layout(examples: list[str], precisions: list[str], precision: str, preset: s
     ui["message"] = gr.HTML(visible=False, elem_id="message")
     ui["headline"] = gr.HTML(headline_html({}), elem_id="headline")
     with gr.Row(equal_height=False):
-        for method in RACE_METHODS:
-            with gr.Column(min_width=260):
+        for method in COLUMN_METHODS:
+            with gr.Column(min_width=260, visible=method in RACE_METHODS) as ui[f"column_{method}"]:
                 ui[f"cnt_{method}"] = gr.HTML(counters_html(method, []), elem_id=f"cnt-{method}")
                 ui[f"ans_{method}"] = gr.HTML(answer_html(None, placeholder="(no run yet)"), elem_id=f"ans-{method}")
     gr.HTML(f"<div class='legend-line'>Shading: {LEGEND}. Plain decoding makes every token with the target.</div>")
@@ -104,14 +116,22 @@ def _settings(ui: Ui, precisions: list[str], precision: str, preset_name: str, m
     with gr.Row():
         for setting in RUN_SETTINGS:
             ui[setting.name] = widget(setting, setting.start(ui=True))
-        ui["precision"] = gr.Radio(precisions, value=precision, label="precision (target and head, all three methods)",
+        ui["precision"] = gr.Radio(precisions, value=precision, label="precision (target and head, every method)",
                                    info=PRECISION_INFO)
     preset = widget_values(PRESETS[preset_name])
     ui["preset"] = gr.Radio(PRESET_NAMES, value=preset_name, label="preset for the settings below")
-    shared = METHOD_DECLARATIONS[TREE_COLUMNS[0]]  # EAGLE-2's settings, then what only DDD has
-    for row in (shared, [s for s in TREE_SETTINGS if s not in shared]):
-        with gr.Row():
-            for setting in row:
+    shared = METHOD_DECLARATIONS[TREE_COLUMNS[0]]  # EAGLE-2's settings, then what only DDD has, then the cost rule's
+    raced = {s for m in TREE_COLUMNS if m in RACE_METHODS for s in METHOD_DECLARATIONS[m]}
+    with gr.Row():
+        for setting in shared:
+            ui[setting.name] = widget(setting, preset[setting.name])
+    with gr.Row():
+        for setting in [s for s in TREE_SETTINGS if s in raced and s not in shared]:
+            ui[setting.name] = widget(setting, preset[setting.name])
+    with gr.Row():
+        ui[COST_SWITCH] = gr.Checkbox(False, label=COST_SWITCH_LABEL, info=COST_INFO, elem_id="race-cost")
+        with gr.Row(visible=False) as ui["cost_settings"]:
+            for setting in [s for s in TREE_SETTINGS if s not in raced]:
                 ui[setting.name] = widget(setting, preset[setting.name])
     with gr.Row():
         ui["shade"] = gr.Checkbox(True, label="shade tokens by how they were made")
@@ -142,8 +162,9 @@ def _step_through(ui: Ui) -> None:
         ui["last"] = gr.Button("Last »", size="sm", min_width=60)
     ui["slider"] = CheckedSlider(0, 1, value=0, step=1, label="step (0 = prefill)", elem_id="step-slider")
     with gr.Row(equal_height=False):
-        for method, title in (("eagle2", "EAGLE-2"), ("ddd", "DDD")):
-            with gr.Column():
+        for method in TREE_METHODS:
+            title = METHOD_LABELS[method]
+            with gr.Column(visible=method in RACE_METHODS) as ui[f"steps_{method}"]:
                 gr.Markdown(f"**{title}** — text so far (current step outlined)")
                 ui[f"txt_{method}"] = gr.HTML(elem_classes="small")
                 ui[f"tree_{method}"] = gr.Plot(label=f"{title} draft tree", elem_id=f"tree-{method}")

@@ -1,9 +1,10 @@
 """The app's targets and draft heads: a cache shared by every visitor, read-only, bounded in memory.
 
 Each visitor picks a model and head for their own races (`ModelChoice`, kept in their Session); the pairs load on
-the Run that first needs them and stay cached for whoever asks next. A race holds its pair (`using`) for as long
-as it decodes: an idle pair is unloaded to make room for another, a pair in use never is. `lock` keeps two races
-from decoding at the same time (they would steal each other's cores and time each other).
+the Run that first needs them (on a ZeroGPU Space all at start-up, `pin`) and stay cached for whoever asks next.
+A race holds its pair (`using`) for as long as it decodes: an idle pair is unloaded to make room for another, a
+pair in use or pinned never is. `lock` keeps two races from decoding at the same time (they would steal each
+other's cores and time each other).
 """
 from __future__ import annotations
 
@@ -12,7 +13,7 @@ import os
 import re
 import threading
 import time
-from collections.abc import Iterator
+from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
@@ -24,7 +25,8 @@ from components.inputs import InputError, text
 from components.tokens import escape
 from components.views import source_name
 from ddd import load_target, resolve_head
-from ddd.catalog import check_fits, choose_head
+from ddd.catalog import check_fits, choose_head, model_config, needed_bytes
+from ddd.head import HeadLoadError
 from ddd.models import ModelLoadError
 from ddd.settings import PRECISIONS
 from ddd.turns import warm_up
@@ -36,6 +38,10 @@ RANDOM_HEAD_NOTE = (" A random head drafts almost nothing the target accepts (ta
                     "slower than plain decoding here.")
 # Pairs kept loaded at once (each precision of a model counts as one): the app's own and one a visitor chose.
 MAX_LOADED = 2
+# A ZeroGPU Space's GPU memory: half an RTX Pro 6000, 48 GB by default (Hugging Face's Spaces documentation,
+# ZeroGPU). The pairs pinned at start-up must fit it together; the main process cannot measure it, since CUDA is
+# only emulated there.
+ZERO_GPU_BYTES = 48 * 10**9
 MAX_ID_CHARS = 300
 ROOT = Path(__file__).resolve().parent.parent
 # One part of a hub id (owner or name): letters, digits, '-', '_' and '.', starting with a letter or digit and
@@ -200,12 +206,34 @@ class Models:
         with self.using(choice, precision) as entry:
             return entry.target, entry.head
 
-    def pin(self) -> None:
-        """Load now, keep for good and offer only this precision. On a ZeroGPU Space each race runs in a
-        short-lived GPU process: a model loaded there is gone after the call, so the models load once, at start-up."""
-        with self.using() as entry:
-            entry.pinned = True
-        self.pinned = entry.key[2]
+    def pin(self, extra: Sequence[ModelChoice] = ()) -> None:
+        """Load the app's own pair, then each of `extra` (in order) that fits ZERO_GPU_BYTES beside the pairs
+        loaded before it; keep them for good and offer only this precision. On a ZeroGPU Space each race runs in a
+        short-lived GPU process: a model loaded there is gone after the call, so the models load once, at start-up.
+        The app's own pair must load; one of `extra` that does not fit or fails to load is left out, with one line
+        in the log saying which and why."""
+        with self._load_lock:
+            own = self._loaded.get(self.key(None)) or self._build(self.key(None))
+            own.pinned = True
+            self.pinned, self._last = own.key[2], own
+            for choice in extra:
+                key = self.key(choice, self.pinned)
+                entry = self._loaded.get(key)
+                try:
+                    if entry is None:
+                        self._check_budget(choice.model, self.pinned)
+                        entry = self._build(key)
+                except (ModelLoadError, HeadLoadError, torch.OutOfMemoryError) as err:
+                    print(f"Not offering {choice.model or 'the default model'} + {choice.head or 'its head'}: "
+                          f"{' '.join(str(err).split())}", flush=True)
+                    continue
+                entry.pinned = True
+            self.max_loaded = max(self.max_loaded, sum(e.pinned for e in self._loaded.values()))
+
+    def pinned_choice(self, choice: ModelChoice) -> bool:
+        """Whether `choice` was loaded at start-up in the pinned precision (and so may be raced on ZeroGPU)."""
+        entry = self._loaded.get(self.key(choice, self.pinned))
+        return bool(entry and entry.pinned)
 
     def loaded_bytes(self) -> int:
         return sum(e.nbytes for e in self._loaded.values())
@@ -223,15 +251,31 @@ class Models:
                 entry.used_at = time.monotonic()
             return entry
 
+    def _check_budget(self, model: str | None, precision: str) -> None:
+        """Raise ModelLoadError when `model` would not fit ZERO_GPU_BYTES beside the weights pinned so far: races
+        take turns, so only the racing pair needs room for its activations and cache (the estimate's headroom)."""
+        if model is None:
+            return  # the small default fits anywhere (check_fits)
+        needed = needed_bytes(model_config(model), precision)
+        left = ZERO_GPU_BYTES - sum(e.nbytes for e in self._loaded.values() if e.pinned)
+        if needed > left:
+            raise ModelLoadError(f"it needs about {needed / 1e9:.1f} GB in {precision}, and {left / 1e9:.1f} GB "
+                                 f"of the Space's {ZERO_GPU_BYTES / 1e9:.0f} GB is left beside the pairs loaded "
+                                 "before it.")
+
     def _load(self, key: Key) -> Loaded:
+        self._make_room(key[0], key[2])
+        return self._build(key, users=1)
+
+    def _build(self, key: Key, users: int = 0) -> Loaded:
+        """Load the pair for `key` into the cache (under _load_lock), held by `users` races."""
         model, head_spec, precision = key
-        self._make_room(model, precision)
         target = load_target(model, dtype=precision, device=self.device())
         head, note = resolve_head(head_spec, target)
         warm_up(target, head)
         untrained = choose_head(head_spec, target.name).source is None
         entry = Loaded(key, target, head, note + (RANDOM_HEAD_NOTE if untrained else ""), weight_bytes(target, head),
-                       users=1, used_at=time.monotonic())
+                       users=users, used_at=time.monotonic())
         with self._cache_lock:
             self._loaded[key] = entry
         return entry

@@ -10,16 +10,19 @@ from gradio.utils import is_in_or_equal
 from gradio_client.utils import is_http_url_like
 
 from components.exports import CACHE_CLEANUP
+from components.inputs import COST_SWITCH
+from components.race import TREE_METHODS
 
-from .choosing import ModelMenu, current_label, menu_labels
+from .choosing import ModelMenu, menu_items
 from .examples import ExampleShelf
-from .layout import COLUMNS, RACE_OUTPUTS, SETTINGS, STEP_OUTPUTS, Ui, layout
+from .layout import COLUMNS, COST_PARTS, RACE_OUTPUTS, SETTINGS, STEP_OUTPUTS, Ui, layout
 from .models import Models
 from .presets import PRESET_FIELDS, default_preset
 from .racing import device_measure, device_race
 from .running import Runner
 from .sessions import Session, Sessions
 from .viewing import Viewer
+from .whatif import WhatIfPanel, place as place_whatif, wire as wire_whatif
 
 QUEUE_SIZE = 64  # visitors waiting at most; past it the page says the queue is full
 # Races in the app's own line (explorer.sessions.Turnstile: one decodes, the others wait there, where Stop reaches
@@ -81,9 +84,11 @@ class Page:
 def build_page(models: Models, shelf: ExampleShelf, sessions: Sessions | None = None) -> Page:
     sessions = sessions or Sessions()
     with CheckedBlocks(title="DDD Explorer", delete_cache=CACHE_CLEANUP) as demo:
+        items = menu_items(models)
         ui = layout(list(shelf.files()), models.precisions(), models.default_precision(),
-                    default_preset(models.device()), models.describe(), menu_labels(models.device()),
-                    current_label(models), not models.pinned, Session, sessions.close)
+                    default_preset(models.device()), models.describe(), items.labels, items.chosen, items.shown,
+                    Session, sessions.close)
+        place_whatif(ui)  # under the race, the page's last part
         viewer = Viewer(ui, sessions, shelf)
         runner = Runner(ui, models, sessions, viewer, device_race(models), device_measure(models))
         _wire_viewing(demo, ui, viewer)
@@ -93,6 +98,7 @@ def build_page(models: Models, shelf: ExampleShelf, sessions: Sessions | None = 
                            ui.of(["model_info", "message", "preset", *PRESET_FIELDS, "session"]),
                            api_name="choose_model", concurrency_id="menu", concurrency_limit=2)
         _wire_running(ui, runner, menu)
+        wire_whatif(ui, WhatIfPanel(ui))
     demo.queue(default_concurrency_limit=4, max_size=QUEUE_SIZE)
     return Page(demo, ui, viewer, runner, menu)
 
@@ -105,7 +111,9 @@ def _wire_viewing(demo: gr.Blocks, ui: Ui, viewer: Viewer) -> None:
     ui["example"].input(viewer.load_example, [ui["example"], *view_inputs], race_outputs, api_name=False)
     ui["upload"].upload(viewer.load_file, [ui["upload"], *view_inputs], race_outputs, api_name="load_file")
     ui["shade"].input(viewer.reshade, ui.of(["shade", "slider", "session"]),
-                      ui.of([*COLUMNS, "txt_eagle2", "txt_ddd"]), api_name=False)
+                      ui.of([*COLUMNS, *(f"txt_{m}" for m in TREE_METHODS)]), api_name=False)
+    # .change, not .input: a loaded race with the cost rule's run switches it on too.
+    ui[COST_SWITCH].change(viewer.show_cost, ui[COST_SWITCH], ui.of(COST_PARTS), api_name=False, queue=False)
     ui["mode"].input(viewer.show_step, [ui["slider"], *view_inputs], step_outputs, api_name=False)
     ui["slider"].change(viewer.show_step, [ui["slider"], *view_inputs], step_outputs, api_name="show_step",
                         show_progress="hidden", trigger_mode="always_last")

@@ -1,4 +1,4 @@
-"""The presets of the tree settings, and the race's three columns built from those settings. Both speak in the
+"""The presets of the tree settings, and the race's columns built from those settings. Both speak in the
 settings' declared names (ddd.settings; components.inputs.TREE_SETTINGS lists the panel's)."""
 from __future__ import annotations
 
@@ -6,18 +6,20 @@ from collections.abc import Mapping
 from typing import Any
 
 from components.inputs import TREE_COLUMNS, TREE_NAMES, TREE_SETTINGS
+from components.race import RACE_METHODS
 from ddd.bench.budget import BudgetReport
-from ddd.settings import METHOD_DECLARATIONS
+from ddd.settings import DRAFT_COST, METHOD_DECLARATIONS, VERIFY_COST, Setting
 from ddd.turns import Entry
 
 # The papers' values (the declared defaults) suit 7B targets on a GPU, where verifying 60 tokens costs about
 # what one token costs. On a CPU verification grows with the tree; the CPU preset verifies a few more tokens
 # than the fastest settings `python -m ddd.bench.budget --dtype int8` finds, so that the trees and DDD's depth
-# choice stay visible (README: results on a 2-core CPU).
+# choice stay visible (README: results on a 2-core CPU). The cost rule's costs are measured, not chosen: the
+# declared ones are a 2-core CPU's in int8, and "measure this machine" finds the machine's own.
 PRESETS = {
     "papers (GPU)": {s.name: s.default for s in TREE_SETTINGS},
     "small CPU model": dict(beam_width=8, draft_calls=3, total_tokens=6, max_draft_calls=8, check_steps="all",
-                            threshold=-0.3),
+                            threshold=-0.3, draft_cost=DRAFT_COST.default, verify_cost=VERIFY_COST.default),
 }
 GPU_PRESET, CPU_PRESET = PRESETS
 # A third preset times this machine once (ddd.bench.budget) and fills in the fastest predicted settings.
@@ -35,18 +37,33 @@ def widget_values(preset: Mapping[str, Any]) -> dict[str, Any]:
     return {s.name: s.ui_value(preset[s.name]) for s in TREE_SETTINGS}
 
 
-def race_entries(tree: Mapping[str, Any]) -> dict[str, Entry]:
-    """The three columns from the panel's tree settings (by declared name): each drafting column takes the
-    settings its method declares."""
-    return {"plain": Entry("plain"),
-            **{m: Entry(m, {s.name: tree[s.name] for s in METHOD_DECLARATIONS[m]}) for m in TREE_COLUMNS}}
+def race_entries(tree: Mapping[str, Any], methods: tuple[str, ...] = RACE_METHODS) -> dict[str, Entry]:
+    """The race's columns `methods` from the panel's tree settings (by declared name): each drafting column takes
+    the settings its method declares."""
+    return {m: Entry(m, {s.name: tree[s.name] for s in METHOD_DECLARATIONS[m]} if m in TREE_COLUMNS else {})
+            for m in methods}
+
+
+def _on_widget(setting: Setting, value: float) -> float:
+    """A measured value on its widget: within the app's range, on the slider's step (at least one step up where the
+    range's low end itself is not allowed)."""
+    low, high = setting.bounds(ui=True)
+    steps = round(value / setting.step)
+    if setting.above_low and steps * setting.step <= low:
+        steps = round(low / setting.step) + 1
+    return round(min(max(steps * setting.step, low), high), 6)
 
 
 def measured_preset(report: BudgetReport) -> dict[str, Any]:
     """The preset from a ddd.bench.budget report: the fastest EAGLE-2, and the fastest DDD verifying as many
-    tokens (with the same beam width, so the two share the panel's settings)."""
+    tokens (with the same beam width, so the two share the panel's settings); the cost rule's costs as measured,
+    its verify cost over the tokens those trees verify."""
     eagle2 = report.best("eagle2")
     ddd = report.best("ddd", total_tokens=eagle2.settings["total_tokens"])
+    costs = report.costs.step_costs(eagle2.settings["total_tokens"])
     return {**ddd.settings, **eagle2.settings,
+            DRAFT_COST.name: _on_widget(DRAFT_COST, costs.draft_cost),
+            VERIFY_COST.name: _on_widget(VERIFY_COST, costs.verify_cost),
             "summary": f"predicted {eagle2.speedup:.2f}x for EAGLE-2 (tau {eagle2.tau:.2f}) and {ddd.speedup:.2f}x "
-                       f"for DDD (tau {ddd.tau:.2f}) against plain decoding"}
+                       f"for DDD (tau {ddd.tau:.2f}) against plain decoding; a draft call costs "
+                       f"{costs.draft_cost:.3f} plain steps, each verified token {costs.verify_cost:.3f}"}

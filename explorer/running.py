@@ -11,7 +11,7 @@ import gradio as gr
 from components import Race
 from components.answer import answer_html, counters_html
 from components.inputs import TREE_NAMES, InputError, race_inputs, replay_speed
-from components.race import RACE_METHODS
+from components.race import METHOD_LABELS
 from components.replay import frame_times, steps_done
 from ddd import HeadLoadError, ModelLoadError
 
@@ -22,11 +22,16 @@ from .racing import LiveRace, RaceEvent, RaceRequest
 from .sessions import Session, Sessions, Turnstile
 from .viewing import Viewer, message, warn
 
-RACING = ("<div class='headline empty'>Racing: plain, EAGLE-2 and DDD take turns, one target forward each, so a "
-          "busy machine slows all three alike. The verdict comes at the end.</div>")
-RACING_STATUS = "Racing: each method takes one target forward in turn, so a busy machine slows all three alike…"
+RACING_STATUS = "Racing: each method takes one target forward in turn, so a busy machine slows them all alike…"
 REPLAY_FPS = 8
 WAIT_POLL_S = 0.2  # how often a race waiting for its turn looks at its Stop
+
+
+def racing(methods: tuple[str, ...]) -> str:
+    """The headline while a race runs: who takes turns, and why."""
+    names = [METHOD_LABELS[m] if m != "plain" else "plain" for m in methods]
+    return (f"<div class='headline empty'>Racing: {', '.join(names[:-1])} and {names[-1]} take turns, one target "
+            "forward each, so a busy machine slows them all alike. The verdict comes at the end.</div>")
 
 
 class Runner:
@@ -43,9 +48,10 @@ class Runner:
 
     def run_race(self, prompt: Any, max_new_tokens: Any, temperature: Any, top_p: Any, seed: Any, precision: Any,
                  *tree_and_view: Any) -> Iterator[dict]:
-        """Race plain, EAGLE-2 and DDD on the prompt, streaming the three columns; then show every view.
-        `tree_and_view`: the tree settings (in the order of TREE_NAMES), then shade, mode and the session."""
-        *tree, shade, mode, session = tree_and_view
+        """Race plain, EAGLE-2, DDD (and the cost rule, when switched on) on the prompt, streaming their columns;
+        then show every view. `tree_and_view`: the tree settings (in the order of TREE_NAMES), the cost column's
+        switch, then shade, mode and the session."""
+        *tree, race_cost, shade, mode, session = tree_and_view
         session = session or Session()
         queued, session.queued = session.queued, False
         if queued and session.stop_requested:
@@ -54,7 +60,7 @@ class Runner:
             return
         try:
             checked = race_inputs(prompt, max_new_tokens, temperature, top_p, seed, precision, self.models.precisions(),
-                                  **dict(zip(TREE_NAMES, tree, strict=True)))
+                                  race_cost, **dict(zip(TREE_NAMES, tree, strict=True)))
         except InputError as err:
             yield self._error(session, str(err))
             return
@@ -63,7 +69,8 @@ class Runner:
             return
         session.busy = True
         session.clear_stop()
-        request = RaceRequest(checked.prompt, race_entries(checked.tree), checked.max_new_tokens, checked.sampling,
+        request = RaceRequest(checked.prompt, race_entries(checked.tree, checked.methods), checked.max_new_tokens,
+                              checked.sampling,
                               checked.precision or self.models.default_precision(), session.stop_file, session.choice)
         ticket = self.turns.join()
         try:
@@ -91,12 +98,12 @@ class Runner:
         return True
 
     def _race(self, request: RaceRequest, shade: bool, mode: str, session: Session) -> Iterator[dict]:
-        live, last = LiveRace(), 0.0
+        live, last, methods = LiveRace(), 0.0, tuple(request.entries)
         grace = len(request.entries)  # turns a stopped race may still hand out: each run finishes its step
         with closing(self.race(request)) as events:
             for event in events:
                 if event.kind == "loading":
-                    yield self._live(live, shade, event.message, session)
+                    yield self._live(live, methods, shade, event.message, session)
                 elif event.kind == "error":  # nothing ran: the race shown before comes back, with why
                     yield self.viewer.show_race(session, shade, mode, event.message, "error")
                     return
@@ -111,20 +118,20 @@ class Runner:
                             break
                     if event.kind == "turn" and time.perf_counter() - last >= self.stream_every_s:
                         last = time.perf_counter()
-                        yield self._live(live, shade, RACING_STATUS, session)
+                        yield self._live(live, methods, shade, RACING_STATUS, session)
         traces = live.finished()
         if not traces:  # stopped before the first token: keep the race that was shown
             yield self.viewer.show_race(session, shade, mode, "Stopped before any method produced a token.")
             return
         stopped = session.stop_requested or not live.ended
         session.race, session.source = Race(traces=traces, note=live.note), None
-        session.fresh = not stopped and len(traces) == len(RACE_METHODS)
+        session.fresh = not stopped and len(traces) == len(request.entries)
         yield self.viewer.show_race(session, shade, mode, ("Stopped. " if stopped else "") + live.note)
 
-    def _live(self, live: LiveRace, shade: bool, status: str, session: Session) -> dict:
-        """While decoding: the three columns, their counters, the status line, and no headline until the end."""
+    def _live(self, live: LiveRace, methods: tuple[str, ...], shade: bool, status: str, session: Session) -> dict:
+        """While decoding: the race's columns, their counters, the status line, and no headline until the end."""
         ui, values = self.ui, {}
-        for method in RACE_METHODS:
+        for method in methods:
             trace = live.traces.get(method)
             if trace is None:
                 column, count = answer_html(None, placeholder="waiting for its turn…"), counters_html(method, [], "waiting")
@@ -133,7 +140,7 @@ class Runner:
                 column = answer_html(trace, shade=shade, cursor=not done)
                 count = counters_html(method, trace.steps, f"done: {trace.stop_reason}" if done else "running")
             values[ui[f"ans_{method}"]], values[ui[f"cnt_{method}"]] = column, count
-        return {**values, ui["message"]: message(status, "note"), ui["headline"]: RACING, ui["session"]: session}
+        return {**values, ui["message"]: message(status, "note"), ui["headline"]: racing(methods), ui["session"]: session}
 
     def _error(self, session: Session, text: str, kind: str = "error") -> dict:
         return {self.ui["message"]: message(text, kind), self.ui["session"]: session}
@@ -166,7 +173,7 @@ class Runner:
     # -- replaying ------------------------------------------------------------------------------------
 
     def replay(self, shade: bool, speed: str, session: Session | None) -> Iterator[dict]:
-        """Play the finished race back: all three columns together at their measured pace (times `speed`)."""
+        """Play the finished race back: its columns together at their measured pace (times `speed`)."""
         race = session.race if session else None
         if race is None:
             yield {self.ui["message"]: message("Nothing to replay yet: run or load a race first.", "error")}
@@ -186,7 +193,7 @@ class Runner:
         yield {self.ui["message"]: message("", "note")}
 
     def replay_finished_race(self, shade: bool, speed: str, session: Session | None) -> Iterator[dict]:
-        """After a complete race, replay it once: the three ran one after another, this shows them side by side."""
+        """After a complete race, replay it once: its runs took turns, this shows them side by side."""
         if session is None or not session.fresh:
             # Nothing to replay: every output keeps what the run left (a generator that yields nothing would
             # clear them, and with them the message a refused run left).
@@ -204,7 +211,7 @@ class Runner:
             if session.stop_requested:
                 break
             values = {}
-            for method in RACE_METHODS:
+            for method in race.columns():
                 trace = race.get(method)
                 done = steps_done(race, method, t) if trace else 0
                 finished = trace is not None and done >= len(trace.steps)

@@ -8,12 +8,13 @@ import gradio as gr
 
 from components import RaceFileError, load_race
 from components.answer import answer_html
-from components.inputs import step_index
+from components.inputs import COST_SWITCH, step_index
+from components.race import COST_METHOD, RACE_METHODS, TREE_METHODS
 from components.tokens import escape
 from components.views import column_views, race_views, step_view
 
 from .examples import ExampleShelf
-from .layout import COLUMNS, STEP_OUTPUTS, TREE_MODES, Ui
+from .layout import COLUMNS, COST_PARTS, STEP_OUTPUTS, TREE_MODES, Ui, column_outputs
 from .sessions import Session, Sessions
 
 
@@ -56,11 +57,18 @@ class Viewer:
             ui["download"]: gr.update(value=self.sessions.export(session), interactive=race is not None),
             ui["message"]: message(text, kind),
             ui["session"]: session,
+            # A race with the cost rule's run switches its column on; one without leaves the switch as it was.
+            ui[COST_SWITCH]: True if race is not None and COST_METHOD in race.traces else gr.skip(),
         }
 
     def _step_values(self, view) -> dict:
-        values = [view.eagle2_text, view.ddd_text, view.eagle2_tree, view.ddd_tree, view.narration, view.depth]
-        return dict(zip(self.ui.of(STEP_OUTPUTS), values))
+        values = [*(view.texts[m] for m in TREE_METHODS), *(view.trees[m] for m in TREE_METHODS), view.narration,
+                  view.depth]
+        return dict(zip(self.ui.of(STEP_OUTPUTS), values, strict=True))
+
+    def show_cost(self, on: bool) -> dict:
+        """The cost column's switch: its settings and columns shown or hidden."""
+        return {self.ui[name]: gr.update(visible=bool(on)) for name in COST_PARTS}
 
     def load_example(self, name: str | None, shade: bool, mode: str, session: Session | None) -> dict:
         session = session or Session()
@@ -89,8 +97,9 @@ class Viewer:
     def reshade(self, shade: bool, index: float | None, session: Session | None) -> dict:
         """Shading on or off: only the texts change, the figures stay as they are."""
         race = session.race if session else None
-        values = dict(zip(self.ui.of(COLUMNS), column_views(race, shade)))
-        for method in ("eagle2", "ddd"):
+        columns = race.columns() if race else RACE_METHODS
+        values = dict(zip(self.ui.of(column_outputs(columns)), column_views(race, shade, columns)))
+        for method in (m for m in TREE_METHODS if m in columns):
             trace = race.get(method) if race else None
             step = min(int(index or 0), len(trace.steps) - 1) if trace and trace.steps else None
             values[self.ui[f"txt_{method}"]] = answer_html(trace, upto=step, current=step, shade=shade,

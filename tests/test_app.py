@@ -52,8 +52,8 @@ def test_bad_input_gives_a_message_not_a_crash(page):
     for prompt, settings, words in [
         ("", SETTINGS, "empty"),
         ("x" * (MAX_PROMPT_CHARS + 1), SETTINGS, "characters"),
-        ("the cat", SETTINGS[:10] + [0.5], "threshold"),
-        ("the cat", SETTINGS[:9] + ["3,99", -0.3], "check after calls"),
+        ("the cat", SETTINGS[:10] + [0.5] + SETTINGS[11:], "threshold"),
+        ("the cat", SETTINGS[:9] + ["3,99"] + SETTINGS[10:], "check after calls"),
         ("the cat", SETTINGS[:7] + [1] + SETTINGS[8:], "total tokens"),
         ("the cat " * 200, SETTINGS, "shorten the prompt"),
     ]:
@@ -226,7 +226,8 @@ def test_a_random_eagle3_head_for_the_default_model_races_losslessly(tmp_path):
 
     head_dir = save_head(new_eagle3_head(load_target()), tmp_path / "head")
     page, session = page_for(ModelConfig(head=str(head_dir))), Session()
-    race_frames(page, "What is the capital of France?", session, [10, *SETTINGS[1:5], 4, 3, 12, 4, "all", -0.3])
+    race_frames(page, "What is the capital of France?", session, [10, *SETTINGS[1:5], 4, 3, 12, 4, "all", -0.3,
+                                                                     *SETTINGS[11:]])
     traces = session.race.traces
     assert traces["plain"].text == traces["eagle2"].text == traces["ddd"].text
     assert traces["eagle2"].head_kind == traces["ddd"].head_kind == "eagle3"

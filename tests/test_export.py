@@ -200,9 +200,9 @@ def test_the_static_page_holds_every_example_with_the_apps_own_views(spaces):
     race, bundle = races[entry["key"]], entry["bundle"]
     view = step_view(race, 3)
     shown = {key: bundle["pool"][bundle["steps"][key][3]] for key in bundle["steps"]}
-    assert shown["tree_ddd"] == figure_json(view.ddd_tree) and shown["tree_eagle2"] == figure_json(view.eagle2_tree)
+    assert shown["tree_ddd"] == figure_json(view.trees["ddd"]) and shown["tree_eagle2"] == figure_json(view.trees["eagle2"])
     assert shown["depth"] == figure_json(view.depth)
-    assert shown["txt_ddd"] == view.ddd_text and shown["narration"] == markdown_html(view.narration)
+    assert shown["txt_ddd"] == view.texts["ddd"] and shown["narration"] == markdown_html(view.narration)
 
 
 # ---------------------------------------------------------------------------------------------------------

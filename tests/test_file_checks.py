@@ -144,9 +144,9 @@ def test_the_largest_pool_the_app_makes_loads_and_draws_each_step_within_two_sec
     for show in ("verified", "shown", "all"):
         start = time.perf_counter()
         view = step_view(race, 1, show=show)
-        view.ddd_tree.to_json()
+        view.trees["ddd"].to_json()
         assert time.perf_counter() - start < BUILD_S, show
-    fig = view.ddd_tree
+    fig = view.trees["ddd"]
     assert sum(len(t.x) for t in fig.data if t.meta in COLORS) <= MAX_NODES + 1
     assert any("of 23,585 candidates drawn" in a.text for a in fig.layout.annotations)
 
@@ -198,7 +198,7 @@ def test_all_timings_zero_are_refused_and_never_become_a_speed():
     (lambda d: ddd_step(d).update(checks=[{"call": 3, "confidence": -0.9, "stop": True},
                                           {"call": 3, "confidence": -0.9, "stop": True}]), "distinct draft calls"),
     (lambda d: d["traces"]["eagle2"]["steps"][1].update(checks=[{"call": 1, "confidence": -0.1, "stop": False}]),
-     "only DDD checks"),
+     "only DDD and the cost rule check"),
     (lambda d: d["traces"]["plain"]["steps"][1].update(token_ids=[1, 2]), "a plain decoding step emits one"),
     (lambda d: d["traces"]["plain"]["steps"][1].update(prefill=True), "for no other step"),
     (lambda d: d["traces"]["ddd"].update(prompt_tokens=10**6), "a race here reads 1 to 4,096 prompt tokens"),

@@ -13,7 +13,7 @@ import pytest
 import ddd.catalog
 from ddd.catalog import PAIRS, check_fits, parameter_count
 from ddd.models import ModelLoadError
-from explorer.choosing import OTHER, menu_labels
+from explorer.choosing import OTHER, MenuItems, menu_items, menu_labels
 from explorer.models import ModelChoice
 from explorer.sessions import Session
 from tests.tiny import hub_snapshot, message_of, race_frames, save_tiny_model
@@ -40,6 +40,10 @@ def test_a_cpu_is_offered_the_default_and_a_gpu_the_papers_pairs_too():
     assert menu_labels("cuda") == [p.label for p in PAIRS] + [OTHER]
     assert {p.head for p in PAIRS[1:]} == {"yuhuili/EAGLE-Vicuna-7B-v1.3", "yuhuili/EAGLE-LLaMA3-Instruct-8B",
                                            "yuhuili/EAGLE3-LLaMA3.1-Instruct-8B"}
+
+
+def test_off_zero_gpu_the_menu_shows_this_devices_pairs_and_typed_ids(page):
+    assert menu_items(page.runner.models) == MenuItems(menu_labels("cpu"), OTHER, True)  # "tiny" is typed
 
 
 def test_the_typed_choice_is_kept_for_this_visitor_only(page):

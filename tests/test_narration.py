@@ -87,3 +87,35 @@ def test_a_token_cannot_format_or_link_the_narration():
     shown = quoted("**[x](javascript:alert(1))**")
     assert shown == r"'\*\*\[x\]\(javascript:alert\(1\)\)\*\*'"  # every Markdown mark made literal
     assert quoted("<b>&") == "'&lt;b&gt;&amp;'"  # the HTML entities stay whole
+
+
+def test_why_a_ddd_tree_stopped_quotes_h_and_the_threshold():
+    race = hand_race()
+    text = narrate(race.traces["ddd"].steps[1], race.traces["ddd"], race)
+    assert "**Why this depth:** DDD stopped after 3 draft calls" in text
+    assert "(H = -0.90, below the threshold -0.3)" in text
+    fixed = narrate(race.traces["eagle2"].steps[1], race.traces["eagle2"], race)
+    assert "**Why this depth:** EAGLE-2 drafts a fixed 3 levels, its setting, so it stopped there." in fixed
+
+
+def test_why_the_cost_rule_stopped_quotes_what_it_weighed():
+    # After call 3: E = 1.16 tokens in T = 1.22 steps, (E + 1) / T = 1.77; one more level: 0.18 / 0.15 = 1.20.
+    step = spec_step(calls=3, limit=6, checks=[(1, -0.1, False, 0.8, 1.09, 5, 0.3, 0.05),
+                                               (2, -0.2, False, 1.1, 1.17, 7, 0.06, 0.05),
+                                               (3, -0.5, True, 1.16, 1.22, 8, 0.18, 0.15)])
+    text = narrate(step, make_trace("cost", [prefill(), step]))
+    assert ("**Why this depth:** The cost rule stopped after 3 draft calls: its best tree after call 3, 8 verified "
+            "tokens, expected E = 1.16 accepted tokens in T = 1.22 plain steps, (E + 1) / T = 1.77 tokens per plain "
+            "step; one more level was forecast to add dE = 0.18 tokens for dT = 0.15 steps, dE / dT = 1.20 per "
+            "step, not above 1.77, so drafting deeper would have slowed the step.") in text
+    assert "highest calibrated path probability" in text
+
+
+def test_why_the_cost_rule_ran_to_its_limit_quotes_the_last_weighing():
+    # After call 2 one more level still paid: 0.6 / 0.1 = 6.00 per step against (1.5 + 1) / 1.2 = 2.08.
+    step = spec_step(calls=3, limit=3, checks=[(1, -0.1, False, 0.8, 1.09, 5, 0.7, 0.09),
+                                               (2, -0.3, False, 1.5, 1.2, 8, 0.6, 0.1)])
+    text = narrate(step, make_trace("cost", [prefill(), step]))
+    assert ("The cost rule drafted all 3 levels, its maximum: at its last weighing, its best tree after call 2, 8 "
+            "verified tokens, expected E = 1.50 accepted tokens in T = 1.20 plain steps, (E + 1) / T = 2.08") in text
+    assert "dE = 0.60 tokens for dT = 0.10 steps, dE / dT = 6.00 per step, above 2.08, so only the 3-call limit" in text

@@ -171,8 +171,8 @@ def write_broken_head(directory: Path, target: Target, kind: str) -> Path:
 
 # The app on the tiny model: the Run button's settings in the panel's order (max_new_tokens, temperature,
 # top_p, seed, precision, then the tree settings: beam_width, draft_calls, total_tokens, max_draft_calls, check_steps,
-# threshold).
-RACE_SETTINGS = [24, 0.0, 1.0, 0, "float32", 4, 4, 20, 8, "3,5,7", -0.3]
+# threshold, draft_cost, verify_cost; then the cost column's switch, off).
+RACE_SETTINGS = [24, 0.0, 1.0, 0, "float32", 4, 4, 20, 8, "3,5,7", -0.3, 0.05, 0.04, False]
 TREE_MODE = "verified + best dropped"
 
 
@@ -220,10 +220,10 @@ def render_everything(race) -> int:
     steps = views["steps"]
     for index in range(steps):
         view = step_view(race, index)
-        assert view.eagle2_tree.layout.title.text or view.eagle2_tree.layout.annotations
-        assert view.ddd_tree.layout.title.text or view.ddd_tree.layout.annotations
+        for tree in view.trees.values():
+            assert tree.layout.title.text or tree.layout.annotations
         assert view.narration and view.depth.data
-        assert 'class="step cur"' in view.ddd_text or index >= len(race.traces["ddd"].steps)
+        assert 'class="step cur"' in view.texts["ddd"] or index >= len(race.traces["ddd"].steps)
     return steps
 
 

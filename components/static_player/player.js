@@ -329,7 +329,7 @@
     step.checks = list(data.checks === undefined ? [] : data.checks, `${where}.checks`, 4096).map((check, i) => {
       const at = `${where}.checks[${i}]`;
       obj(check, at);
-      keys(check, K.fields.check, K.fields.check, at);
+      keys(check, K.fields.check, K.fields.checkRequired, at);
       return {call: int(check.call, `${at}.call`, 1, 4096), confidence: number(check.confidence, `${at}.confidence`, -Infinity, 1e-3, true),
         stop: flag(check.stop, `${at}.stop`, undefined) ?? fail(`${at}.stop`, "must be true or false, not missing")};
     });

@@ -28,13 +28,15 @@ from transformers import DynamicCache
 
 from ddd.catalog import resolve_head
 from ddd.cli import model_arguments
+from ddd.costs import StepCosts
 from ddd.engine import encode_prompt, generate
 from ddd.head import DraftHead, HeadLoadError
 from ddd.models import ModelLoadError, Target, load_target
 from ddd.settings import (BEAM_WIDTH, DRAFT_CALLS, TOTAL_TOKENS, DDDSettings, Eagle2Settings, SettingsError,
                           add_argument, argument_type)
 from ddd.trace import Step
-from ddd.tree import DraftTree, rerank
+from ddd.tree import DraftTree
+from ddd.whatif import accepted_within, ddd_depth, kept_nodes
 
 # One prose and one code prompt; none of them is a benchmark question.
 CALIBRATION_PROMPTS = (
@@ -70,6 +72,13 @@ class Costs:
     draft_call_ms: float  # one draft call, from the calibration run
     other_ms: float  # per-step bookkeeping of a speculative step, from the calibration run
     plain_ms: float  # one whole plain decoding step at the same context
+
+    def step_costs(self, verified: int) -> StepCosts:
+        """The cost rule's costs (ddd/costs.py) in plain steps: a draft call, and each verified token beyond the
+        first, the slope of the target's forward from one token to `verified`."""
+        n = max(verified, 2)
+        slope = (interpolate(self.forward_ms, n) - interpolate(self.forward_ms, 1)) / (n - 1)
+        return StepCosts(self.draft_call_ms / self.plain_ms, max(slope, 0.0) / self.plain_ms)
 
     def step_ms(self, verified: int, draft_calls: int, lm_rows: list[int]) -> float:
         """lm_rows: the sizes of the LM-head calls greedy acceptance makes (see accept_greedy)."""
@@ -154,39 +163,12 @@ def time_target(target: Target, prompt: str = CALIBRATION_PROMPTS[0], sizes=SIZE
     return Timings({n: median["verify", n] for n in sizes}, {n: median["lm", n] for n in sizes}, median["plain", 1])
 
 
-def accepted_within(step: Step, keep: set[int]) -> int:
-    """Draft tokens the step would have accepted had only the pool nodes in `keep` been verified (greedy)."""
-    count = 0
-    for index in step.accepted_path[1:]:
-        if index not in keep:
-            break
-        count += 1
-    return count
-
-
 def lm_rows(step: Step, keep: set[int], accepted: int) -> list[int]:
     """The LM-head calls greedy acceptance makes on that tree: its internal nodes at once, then the last
     accepted node when it is a leaf."""
     internal = {node.parent for node in step.pool if node.index in keep and node.parent >= 0}
     last = step.accepted_path[accepted]
     return [len(internal), 0 if last in internal else 1]
-
-
-def ddd_depth(confidence: list[float], threshold: float, max_calls: int) -> int:
-    """Draft calls DDD makes when it checks H after every call (the confidence after call c is index c-1)."""
-    for call in range(1, max_calls):
-        if call <= len(confidence) and confidence[call - 1] < threshold:
-            return call
-    return max_calls
-
-
-def kept_nodes(step: Step, calls: int, total_tokens: int) -> set[int]:
-    """Pool indices a tree of `calls` draft calls and `total_tokens` verified tokens keeps (as rerank does)."""
-    nodes = [n for n in step.pool if n.depth <= calls]
-    scores = torch.tensor([n.score for n in nodes])
-    depths = torch.tensor([n.depth for n in nodes])
-    keep = rerank(scores, depths, total_tokens)
-    return {nodes[i].index for i in keep.tolist()}
 
 
 def _candidate(method: str, settings: dict, steps: list[Step], costs: Costs, calls_of, total_tokens: int) -> Candidate:
@@ -297,6 +279,8 @@ def _report(args) -> int:
     print("\nbest, as settings:")
     for method in ("eagle2", "ddd"):
         print(f"  {method}: " + " ".join(f"--set {k}={v}" for k, v in report.best(method).settings.items()))
+    costs = c.step_costs(report.best("eagle2").settings["total_tokens"])
+    print(f"  cost: --set draft_cost={costs.draft_cost:.3g} --set verify_cost={costs.verify_cost:.3g}")
     return 0
 
 

@@ -1,0 +1,169 @@
+"""The what-if panel: DDD's threshold and checks and the cost rule's costs replayed on the race shown (ddd.whatif);
+no model runs. Each callback returns {component: value}."""
+from __future__ import annotations
+
+import math
+from typing import Any
+
+import gradio as gr
+
+from components import Race
+from components.inputs import InputError, checked, input_error
+from components.race import METHOD_LABELS
+from components.whatif import TITLE, whatif_figure, whatif_summary
+from components.widgets import CheckedSlider
+from ddd.costs import StepCosts
+from ddd.settings import CHECK_STEPS, DRAFT_COST, MAX_DRAFT_CALLS, THRESHOLD, VERIFY_COST, Setting, SettingsError
+from ddd.trace import RunTrace
+from ddd.whatif import DYNAMIC_METHODS, cost_whatif, ddd_whatif, own_costs, replayable
+
+from .layout import Ui
+from .viewing import message
+
+# Assumed, not measured here: on a GPU a 7B target verifies tens of tokens for about the price of one, and a draft
+# call costs a few percent of its forward.
+GPU_COSTS = StepCosts(draft_cost=0.05, verify_cost=0.002)
+THRESHOLD_STEP = 0.05
+# Fine enough to hold the GPU's verify cost, which the declared step (0.005) would round away.
+VERIFY_STEP = 0.001
+PANEL = """Replays the race shown with other depth settings, without a model: under greedy decoding the record holds
+what any part of each step's draft tree would have accepted. A hollow marker is a bound: the rule would have drafted
+deeper than the run did, so its depth is at least and its accepted tokens at most what is drawn. Times come from each
+step's measured draft, verify and other times."""
+COSTS_NOTE = ("**this CPU**: the race's own cost-rule settings (the declared ones when it has no cost-rule run). "
+              f"**a GPU**: assumed GPU ratios (a draft call {GPU_COSTS.draft_cost:g}, each verified token "
+              f"{GPU_COSTS.verify_cost:g} plain steps), not measured here. Predicted times use this race's own costs "
+              "either way.")
+WIDGETS = ["whatif_source", "whatif_threshold", "whatif_checks", "whatif_draft_cost", "whatif_verify_cost"]
+OUTPUTS = ["whatif_chart", "whatif_note"]
+
+
+def _slider(setting: Setting, value: float, step: float, elem_id: str) -> CheckedSlider:
+    """A slider over the setting's app range, starting a step above its low end where that end is not allowed."""
+    start, high = setting.bounds(ui=True)
+    if setting.above_low and setting.ui_low is None:
+        start += step
+    return CheckedSlider(start, high, value=value, step=step, label=f"{setting.label} (what if)", info=setting.help,
+                         elem_id=elem_id)
+
+
+def place(ui: Ui) -> None:
+    """The closed "What if" accordion and its widgets (inside an open gr.Blocks, under the race)."""
+    with gr.Accordion("What if", open=False, elem_id="whatif") as accordion:
+        gr.Markdown(PANEL)
+        with gr.Row():
+            ui["whatif_source"] = gr.Radio([], label="recorded run replayed", elem_id="whatif-source")
+            ui["whatif_threshold"] = _slider(THRESHOLD, THRESHOLD.default, THRESHOLD_STEP, "whatif-threshold")
+            ui["whatif_checks"] = gr.Textbox(CHECK_STEPS.ui_value(CHECK_STEPS.default), max_lines=1,
+                                             label=f"{CHECK_STEPS.label} (what if)", info=CHECK_STEPS.help,
+                                             elem_id="whatif-checks")
+        with gr.Row():
+            ui["whatif_draft_cost"] = _slider(DRAFT_COST, DRAFT_COST.default, DRAFT_COST.step, "whatif-draft-cost")
+            ui["whatif_verify_cost"] = _slider(VERIFY_COST, VERIFY_COST.default, VERIFY_STEP, "whatif-verify-cost")
+            with gr.Column(min_width=140, scale=0):
+                ui["whatif_cpu"] = gr.Button("this CPU", size="sm", elem_id="whatif-cpu")
+                ui["whatif_gpu"] = gr.Button("a GPU", size="sm", elem_id="whatif-gpu")
+        gr.Markdown(COSTS_NOTE)
+        ui["whatif_note"] = gr.HTML(elem_id="whatif-note")
+        ui["whatif_chart"] = gr.Plot(label=TITLE, elem_id="whatif-chart")
+    ui["whatif"] = accordion
+
+
+def wire(ui: Ui, panel: WhatIfPanel) -> None:
+    """A race shown (its summary table changes) sets the widgets to its settings; moving one replays it."""
+    widgets, outputs = ui.of([*WIDGETS, "session"]), ui.of(OUTPUTS)
+    ui["summary"].change(panel.show, [ui["session"]], ui.of([*WIDGETS, *OUTPUTS]), api_name=False,
+                         show_progress="hidden")
+    for name in WIDGETS:
+        ui[name].input(panel.replay, widgets, outputs, api_name=False, show_progress="hidden",
+                       trigger_mode="always_last")
+    for name, which in (("whatif_cpu", "cpu"), ("whatif_gpu", "gpu")):
+        ui[name].click(lambda *values, w=which: panel.preset(w, *values), widgets,
+                       ui.of(["whatif_draft_cost", "whatif_verify_cost", *OUTPUTS]), api_name=False,
+                       show_progress="hidden")
+
+
+def _sources(race: Race | None) -> list[str]:
+    return [m for m in DYNAMIC_METHODS if race is not None and m in race.traces]
+
+
+def _race_costs(race: Race | None, source: RunTrace | None) -> StepCosts:
+    """The race's own costs: its cost-rule run's settings, or the declared ones."""
+    return own_costs(race.get("cost") if race is not None and race.get("cost") else source)
+
+
+def _max_calls(race: Race, trace: RunTrace) -> int:
+    """The deepest tree a rule may draft: the run's own limit, or (for EAGLE-2) its race's DDD or cost rule's."""
+    for run in (trace, race.get("ddd"), race.get("cost")):
+        if run is not None and MAX_DRAFT_CALLS.name in run.settings:
+            return int(run.settings[MAX_DRAFT_CALLS.name])
+    return MAX_DRAFT_CALLS.default
+
+
+class WhatIfPanel:
+    """Replays the session's race under the panel's settings; never touches a model."""
+
+    def __init__(self, ui: Ui):
+        self.ui = ui
+
+    def show(self, session: Any) -> dict:
+        """A race was shown: the panel takes its recorded settings (so the replay starts as the race ran) and replays."""
+        ui, race = self.ui, getattr(session, "race", None)
+        sources = _sources(race)
+        source = sources[0] if sources else None
+        trace = race.get(source) if source else None
+        ddd = race.get("ddd") if race is not None else None
+        threshold = float(ddd.settings.get(THRESHOLD.name, THRESHOLD.default)) if ddd else THRESHOLD.default
+        checks = CHECK_STEPS.ui_value(ddd.settings.get(CHECK_STEPS.name, CHECK_STEPS.default) if ddd else
+                                      CHECK_STEPS.default)
+        costs = _race_costs(race, trace)
+        # Below the lowest H the race recorded every threshold replays alike: the slider stops a little under it.
+        lowest = min((h for m in sources for s in race.get(m).steps for h in s.confidence), default=threshold)
+        low = max(THRESHOLD.bounds(ui=True)[0], math.floor(min(lowest, threshold)) - 1)
+        values = {
+            ui["whatif_source"]: gr.update(choices=[(METHOD_LABELS.get(m, m), m) for m in sources], value=source),
+            ui["whatif_threshold"]: gr.update(minimum=low, value=threshold),
+            ui["whatif_checks"]: checks,
+            ui["whatif_draft_cost"]: costs.draft_cost,
+            ui["whatif_verify_cost"]: costs.verify_cost,
+        }
+        return {**values, **self._replay(race, source, threshold, checks, costs.draft_cost, costs.verify_cost)}
+
+    def replay(self, source: Any, threshold: Any, checks: Any, draft_cost: Any, verify_cost: Any,
+               session: Any) -> dict:
+        return self._replay(getattr(session, "race", None), source, threshold, checks, draft_cost, verify_cost)
+
+    def preset(self, which: str, source: Any, threshold: Any, checks: Any, draft_cost: Any, verify_cost: Any,
+               session: Any) -> dict:
+        """"this CPU" (the race's own costs) or "a GPU" (assumed ratios) on the cost sliders, and the replay."""
+        race = getattr(session, "race", None)
+        costs = GPU_COSTS if which == "gpu" else _race_costs(race, race.get(source) if race and source else None)
+        return {self.ui["whatif_draft_cost"]: costs.draft_cost, self.ui["whatif_verify_cost"]: costs.verify_cost,
+                **self._replay(race, source, threshold, checks, costs.draft_cost, costs.verify_cost)}
+
+    def _replay(self, race: Race | None, source: Any, threshold: Any, checks: Any, draft_cost: Any,
+                verify_cost: Any) -> dict:
+        ui = self.ui
+        sources = _sources(race)
+        if race is None:
+            why = "Run or load a race first: the what-if replays a recorded race."
+        elif not sources:
+            why = "This race has no EAGLE-2, DDD or cost-rule run: there is no draft tree to replay."
+        elif source not in sources:
+            why = f"Choose one of the race's runs to replay: {', '.join(METHOD_LABELS.get(m, m) for m in sources)}."
+        else:
+            why = replayable(race.get(source))
+        if why:
+            return {ui["whatif_chart"]: whatif_figure(None, [], why=why), ui["whatif_note"]: message(why, "note")}
+        trace = race.get(source)
+        try:
+            values = [checked(s, v) for s, v in ((THRESHOLD, threshold), (CHECK_STEPS, checks),
+                                                  (DRAFT_COST, draft_cost), (VERIFY_COST, verify_cost))]
+            options = dict(max_draft_calls=_max_calls(race, trace), time_costs=_race_costs(race, trace))
+            results = [ddd_whatif(trace, *values[:2], **options), cost_whatif(trace, *values[2:], **options)]
+        except InputError as err:
+            return {ui["whatif_chart"]: gr.skip(), ui["whatif_note"]: message(str(err))}
+        except SettingsError as err:
+            return {ui["whatif_chart"]: gr.skip(), ui["whatif_note"]: message(str(input_error(err)))}
+        return {ui["whatif_chart"]: whatif_figure(trace, results),
+                ui["whatif_note"]: message(whatif_summary(trace, results), "note")}

@@ -1,0 +1,72 @@
+"""The optional fourth column, the cost rule: raced, shown, saved and loaded like the other three."""
+from __future__ import annotations
+
+import json
+import time
+
+import pytest
+
+from components import RaceFileError, load_race
+from components.runfile import race_from_data
+from explorer.sessions import Session
+from tests.races import hand_race, make_trace, prefill, spec_step
+from tests.test_browser import CHROMIUM, Browser, text_of
+from tests.tiny import RACE_SETTINGS, race_frames
+
+FOUR = ["plain", "eagle2", "ddd", "cost"]
+WITH_COST = [*RACE_SETTINGS[:-1], True]
+
+
+def test_the_switch_races_four_methods_to_one_greedy_text_and_the_file_round_trips(page):
+    session = Session()
+    final = race_frames(page, "the cat sat", session, WITH_COST)[-1]
+    race = session.race
+    assert race.methods == FOUR
+    assert len({race.traces[m].text for m in FOUR}) == 1  # greedy: lossless, the cost rule too
+    assert all(c.expected is not None for s in race.traces["cost"].steps for c in s.checks)
+    assert 'class="step' in final["ans_cost"] and "tokens/s" in final["cnt_cost"]
+    assert list(final["summary"]["method"]) == ["Plain", "EAGLE-2", "DDD", "Cost rule"]
+    assert final["tree_cost"].data and any(t.meta == "cost-depth" for t in final["depth"].data)
+    assert "The cost rule" in final["narration"] and final["race_cost"] is True
+    loaded = load_race(final["download"]["value"])  # saved compact and gzipped, then checked field by field
+    assert loaded.methods == FOUR and loaded.traces["cost"].text == race.traces["cost"].text
+    assert [len(s.checks) for s in loaded.traces["cost"].steps] == [len(s.checks) for s in race.traces["cost"].steps]
+
+
+def test_a_cost_check_without_what_it_weighed_is_refused():
+    step = spec_step(calls=3, limit=6, checks=[(1, -0.1, False, 0.8, 1.09, 5, 0.3, 0.05),
+                                               (2, -0.2, False, 1.1, 1.17, 7, 0.06, 0.05),
+                                               (3, -0.5, True, 1.16, 1.22, 8, 0.18, 0.15)])
+    race = hand_race()
+    data = json.loads(json.dumps({"format": "ddd-explorer-race", "version": 1, "traces": {
+        "plain": race.traces["plain"].to_dict(), "cost": make_trace("cost", [prefill(), step]).to_dict()}}))
+    assert race_from_data(data).methods == ["plain", "cost"]
+    del data["traces"]["cost"]["steps"][1]["checks"][2]["expected"]
+    with pytest.raises(RaceFileError, match=r"checks\[2\] lacks expected: the cost rule records what it weighed"):
+        race_from_data(data)
+
+
+@pytest.mark.skipif(not CHROMIUM.exists(), reason="needs Debian's chromium at /usr/bin/chromium")
+def test_switching_the_fourth_column_on_races_four_methods_in_the_page(app_server, tmp_path):
+    browser = Browser(tmp_path / "profile")
+    try:
+        browser.open(app_server.url)
+        browser.wait_for(f"{text_of('ans-ddd')}.trim().length > 0 && !{text_of('ans-ddd')}.includes('no run yet')",
+                         90, "the example race")
+        assert not browser.js("!!document.querySelector('#ans-cost')?.offsetParent")  # off: three columns
+        browser.js("[...document.querySelectorAll('button')].find(b => b.innerText.trim().startsWith('Settings'))"
+                   "?.click()")
+        switch = "document.querySelector('#race-cost input')"
+        browser.wait_for(f"!!({switch})", 20, "the cost column's switch")
+        browser.js(f"{switch}.click()")
+        browser.wait_for("!!document.querySelector('#ans-cost')?.offsetParent", 20, "the fourth column")
+        browser.js("""(() => { const t = document.querySelector('#prompt textarea');
+            t.value = 'the cat sat'; t.dispatchEvent(new Event('input', {bubbles: true})); })()""")
+        time.sleep(0.5)
+        browser.js("document.querySelector('#run').click()")
+        browser.wait_for(" && ".join(f"{text_of('cnt-' + m)}.includes('finished')" for m in FOUR), 180,
+                         "the four columns' race and replay")
+        texts = {m: browser.js(text_of(f"ans-{m}")).strip() for m in FOUR}
+        assert texts["cost"] and len(set(texts.values())) == 1, texts
+    finally:
+        browser.close()
