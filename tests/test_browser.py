@@ -219,12 +219,17 @@ def type_into(browser, field: str, value: str, what: str, timeout: float = 60) -
     raise AssertionError(f"timed out after {timeout} s typing {what}")
 
 
+def open_on_example(browser: Browser, url: str) -> None:
+    """The page, once its example race shows (DDD's column has text)."""
+    browser.open(url)
+    browser.wait_for(f"{text_of('ans-ddd')}.trim().length > 0 && !{text_of('ans-ddd')}.includes('no run yet')",
+                     90, "the example race")
+
+
 def test_script_payloads_stay_text_in_the_browser(app_server, tmp_path):
     browser = Browser(tmp_path / "profile")
     try:
-        browser.open(app_server.url)
-        browser.wait_for(f"{text_of('ans-ddd')}.trim().length > 0 && !{text_of('ans-ddd')}.includes('no run yet')",
-                         90, "the example race")
+        open_on_example(browser, app_server.url)
         info = "(document.querySelector('.race-info')?.innerText || '')"
         # A file refused for its format: the message quotes the payload as text.
         bad = tmp_path / "evil-format.json"

@@ -10,7 +10,7 @@ from components import RaceFileError, load_race
 from components.runfile import race_from_data
 from explorer.sessions import Session
 from tests.races import hand_race, make_trace, prefill, spec_step
-from tests.test_browser import CHROMIUM, Browser, text_of
+from tests.test_browser import CHROMIUM, Browser, open_on_example, text_of
 from tests.tiny import RACE_SETTINGS, race_frames
 
 FOUR = ["plain", "eagle2", "ddd", "cost"]
@@ -50,9 +50,7 @@ def test_a_cost_check_without_what_it_weighed_is_refused():
 def test_switching_the_fourth_column_on_races_four_methods_in_the_page(app_server, tmp_path):
     browser = Browser(tmp_path / "profile")
     try:
-        browser.open(app_server.url)
-        browser.wait_for(f"{text_of('ans-ddd')}.trim().length > 0 && !{text_of('ans-ddd')}.includes('no run yet')",
-                         90, "the example race")
+        open_on_example(browser, app_server.url)
         assert not browser.js("!!document.querySelector('#ans-cost')?.offsetParent")  # off: three columns
         browser.js("[...document.querySelectorAll('button')].find(b => b.innerText.trim().startsWith('Settings'))"
                    "?.click()")

@@ -6,7 +6,7 @@ import json
 
 import pytest
 
-from tests.test_browser import CHROMIUM, Browser, text_of
+from tests.test_browser import CHROMIUM, Browser, open_on_example, text_of
 
 pytestmark = [pytest.mark.slow,
               pytest.mark.skipif(not CHROMIUM.exists(), reason="needs Debian's chromium at /usr/bin/chromium")]
@@ -20,9 +20,7 @@ SLIDER = "document.querySelector('#whatif-threshold input[type=range]')"
 def test_moving_the_threshold_redraws_the_replay(app_server, tmp_path):
     browser = Browser(tmp_path / "profile")
     try:
-        browser.open(app_server.url)
-        browser.wait_for(f"{text_of('ans-ddd')}.trim().length > 0 && !{text_of('ans-ddd')}.includes('no run yet')",
-                         90, "the example race")
+        open_on_example(browser, app_server.url)
         browser.js("document.querySelector('#whatif button, #whatif .label-wrap').click()")
         browser.wait_for(f"{DEPTHS}.includes('DDD at threshold')", 60, "the what-if chart")
         before = json.loads(browser.js(DEPTHS))
