@@ -31,7 +31,7 @@ from .race import DROPPED_SHOWN, METHOD_LABELS, RACE_FORMAT, RACE_METHODS, RACE_
 from .runfile import (CHECK_FIELDS, CHECK_REQUIRED, LIMITS, NODE_FIELDS, RACE_FIELDS, STEP_FIELDS, SUMMARY_KEYS,
                       TRACE_FIELDS, TRACE_REQUIRED, load_race)
 from .tokens import escape
-from .tree import BAND_COLORS, COLORS, GHOST_COLOR, GHOST_LINE, LABEL_POSITIONS, STATUS_NAMES
+from .tree import BAND_COLORS, COLORS, GHOST_COLOR, GHOST_LINE, LABEL_POSITIONS, MAX_LEVELS, MAX_NODES, STATUS_NAMES
 from .verdict import headline_html
 from .views import CSS, race_info, step_view
 
@@ -134,7 +134,8 @@ def constants() -> dict[str, Any]:
         "methodColors": METHOD_COLORS, "bandColors": list(BAND_COLORS), "ghostColor": GHOST_COLOR,
         "ghostLine": GHOST_LINE, "labelPositions": LABEL_POSITIONS, "droppedShown": DROPPED_SHOWN,
         "limits": {"fileBytes": LIMITS.file_bytes, "jsonBytes": LIMITS.json_bytes, "steps": LIMITS.steps,
-                   "nodesPerStep": LIMITS.nodes_per_step, "nodes": LIMITS.nodes, "text": LIMITS.long_text},
+                   "nodesPerStep": LIMITS.nodes_per_step, "nodes": LIMITS.nodes, "text": LIMITS.long_text,
+                   "treeLevels": MAX_LEVELS, "treeNodes": MAX_NODES},
     }
 
 

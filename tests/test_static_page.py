@@ -15,6 +15,7 @@ from components import load_race
 from explorer.deploy import export_space
 from tests.bad_inputs import FILE_CASES, PAYLOADS, evil_race
 from tests.test_browser import CHROMIUM, INJECTED, OUT, Browser, plotly_traces, text_of, upload
+from tests.test_file_checks import freezing_files
 
 ROOT = Path(__file__).resolve().parents[1]
 EXAMPLES = sorted((ROOT / "assets" / "examples").glob("*.json"))
@@ -155,6 +156,32 @@ def test_a_race_file_from_disk_plays_and_bad_files_are_refused(page, tmp_path):
     assert any(p in shown for p in PAYLOADS)
     time.sleep(0.5)
     assert page.js("window.__xss") is None and page.js(INJECTED) == []
+
+
+# The DDD tree as the page holds it: [bands and other shapes, nodes drawn].
+TREE_NOTES = "JSON.stringify(document.querySelector('#tree-ddd .js-plotly-plot').layout.annotations.map((a) => a.text))"
+TREE_SIZE = ("(() => { const g = document.querySelector('#tree-ddd .js-plotly-plot');"
+             " return [g.layout.shapes.length, g.data.reduce((a, t) => a + (t.meta ? t.x.length : 0), 0)]; })()")
+
+
+@pytest.mark.parametrize("name", ["4096-draft-calls", "4096-deep-chain", "40000-nodes"])
+def test_a_file_that_froze_the_app_draws_a_bounded_tree_at_once(page, tmp_path, name):
+    """Without Python the page cannot run every check the app runs, so it draws what such a file holds as the app
+    would: at most 32 levels and 2,000 nodes, saying what it left out (the 40,000 nodes are pruned ones, of which
+    the page shows a few per level)."""
+    path = tmp_path / f"{name}.json"
+    path.write_text(json.dumps(freezing_files()[name]))
+    started = time.monotonic()
+    upload(page, path)
+    page.wait_for(f"{text_of('info')}.includes({json.dumps(path.name)}) || !document.querySelector('#message').hidden",
+                  30, f"the page to read {name}")
+    if page.js("document.querySelector('#message').hidden"):
+        page.wait_for(f"{tree_title('tree-ddd')}.includes('step 1')", 30, f"{name}'s first step")
+        shapes, nodes = page.js(TREE_SIZE)
+        assert shapes <= 33 and nodes <= 2_002, (shapes, nodes)
+        if name == "4096-deep-chain":
+            assert "levels 33–4096 not drawn" in page.js(TREE_NOTES)
+    assert time.monotonic() - started < 30, name
 
 
 def test_no_console_error_and_no_request_left_the_page(page):

@@ -577,6 +577,32 @@
     return keep;
   }
 
+  // As the app's tree (components/tree.py, bounded): at most treeLevels levels and treeNodes nodes, the root and
+  // the accepted path first, then verified before pruned nodes by score, each with its ancestors.
+  function bounded(pool, keep) {
+    const shallow = pool.filter((n) => keep.has(n.index) && n.depth <= K.limits.treeLevels);
+    if (shallow.length <= K.limits.treeNodes) return new Set(shallow.map((n) => n.index));
+    const parents = new Map(pool.map((n) => [n.index, n.parent]));
+    const key = (n) => [n.status !== "root", n.status !== "accepted", n.status === "pruned"].map(Number);
+    const order = shallow.slice().sort((a, b) => {
+      const [ka, kb] = [key(a), key(b)];
+      for (let i = 0; i < ka.length; i++) if (ka[i] !== kb[i]) return ka[i] - kb[i];
+      return score(b) - score(a);
+    });
+    const chosen = new Set();
+    for (const node of order) {
+      const chain = [];
+      let index = node.index;
+      while (index >= 0 && !chosen.has(index) && chain.length <= K.limits.treeLevels) {
+        chain.push(index);
+        index = parents.has(index) ? parents.get(index) : -1;
+      }
+      if (chosen.size + chain.length > K.limits.treeNodes) break;
+      chain.forEach((i) => chosen.add(i));
+    }
+    return chosen;
+  }
+
   function treeFigure(trace, at) {
     const name = trace ? label(trace.method) : "Draft";
     if (!trace) return messageFigure(`${name} draft tree`, "No run of this method in the file.", 480);
@@ -585,7 +611,8 @@
     if (step.prefill) return messageFigure(head, "Prefill: the target read the prompt and produced the first token.<br>No draft tree in this step.", 480);
     if (!step.pool.length) return messageFigure(head, "This step was not recorded with its draft tree.", 480);
     const width = Number(trace.settings.beam_width) || 10;
-    const keep = shownNodes(step.pool, Math.min(width, K.droppedShown));
+    const wanted = shownNodes(step.pool, Math.min(width, K.droppedShown));
+    const keep = bounded(step.pool, wanted);
     const onPath = new Set(step.accepted_path);
     const nodes = new Map();
     for (const n of step.pool) if (keep.has(n.index)) nodes.set(n.index, Object.assign({children: [], onPath: onPath.has(n.index)}, n));
@@ -615,8 +642,13 @@
         edges.push([[x, y], [x + 0.5, y], true]);
       }
     }
-    const levels = Math.max(step.draft_calls, ...[...nodes.values()].map((n) => n.depth));
-    const ghost = step.max_draft_calls > step.draft_calls;
+    const deepest = Math.max(step.draft_calls, ...step.pool.map((n) => n.depth));
+    const levels = Math.min(deepest, K.limits.treeLevels);
+    const ghost = step.max_draft_calls > step.draft_calls && step.draft_calls <= K.limits.treeLevels;
+    const hidden = [];
+    if (deepest > levels) hidden.push(`levels ${levels + 1}–${deepest} not drawn`);
+    const within = step.pool.filter((n) => wanted.has(n.index) && n.depth <= K.limits.treeLevels).length;
+    if (within > keep.size) hidden.push(`the best ${keep.size.toLocaleString("en")} of ${within.toLocaleString("en")} candidates drawn`);
     const perLevel = new Map();
     for (const [x] of pos.values()) perLevel.set(x, (perLevel.get(x) || 0) + 1);
     const height = Math.round(Math.min(Math.max(14 * Math.max(...perLevel.values()) + 150, 440), 900));
@@ -674,7 +706,11 @@
         text: step.max_draft_calls === step.draft_calls + 1 ? `level ${step.max_draft_calls} not drafted`
           : `levels ${step.draft_calls + 1}–${step.max_draft_calls} not drafted`, font: {size: 11, color: "rgba(109,40,217,0.8)"}});
     }
-    const checks = step.checks.slice().sort((a, b) => a.call - b.call);
+    if (hidden.length) {
+      notes.push({x: 1, y: -0.02, xref: "paper", yref: "paper", xanchor: "right", yanchor: "top", showarrow: false,
+        text: hidden.join("; "), font: {size: 11, color: "#b45309"}});
+    }
+    const checks = step.checks.filter((c) => c.call <= levels).sort((a, b) => a.call - b.call);
     if (checks.length) {
       notes.push({x: 0, y: 1.0, xref: "x", yref: "paper", yanchor: "bottom", showarrow: false, text: "H:", font: {size: 10, color: "#475569"}});
       checks.forEach((check, row) => notes.push({x: check.call, y: 1.0 + 0.04 * (row % 3), xref: "x", yref: "paper", yanchor: "bottom",
