@@ -85,7 +85,7 @@ def why_depth(step: Step, trace: RunTrace, race: Race | None = None, whole: bool
     its confidence checks, the cost rule's from its last weighing, a fixed tree's from its settings; `whole`:
     the target accepted every level drafted."""
     name = METHOD_LABELS.get(trace.method, trace.method)
-    if step.draft_calls < step.max_draft_calls and not (step.checks and step.checks[-1].stop):
+    if step.context_cut:
         return (f"{name} stopped after {_plural(step.draft_calls, 'draft call')}, short of its "
                 f"{step.max_draft_calls}: the model's context had room for no deeper level.")
     if trace.method == "ddd":

@@ -82,6 +82,11 @@ class Step:
     def ms(self) -> float:
         return self.draft_ms + self.verify_ms + self.other_ms
 
+    @property
+    def context_cut(self) -> bool:
+        """The tree stopped short of its limit with no check stopping it: the model's context had no room left."""
+        return self.draft_calls < self.max_draft_calls and not (self.checks and self.checks[-1].stop)
+
     def to_dict(self) -> dict[str, Any]:
         return asdict(self)
 

@@ -188,7 +188,7 @@ def own_costs(trace: RunTrace | None) -> StepCosts:
 
 def _context_cap(step: Step) -> int | None:
     """The step's depth when the context's end cut it short (fewer calls than allowed, and no check stopped it)."""
-    if step.draft_calls < step.max_draft_calls and not any(c.stop for c in step.checks):
+    if step.context_cut:
         return step.draft_calls
     return None
 
