@@ -27,7 +27,7 @@ def rule_text(result: WhatIf) -> str:
     if result.rule == "ddd":
         checks = s["check_steps"] if isinstance(s["check_steps"], str) else ",".join(map(str, s["check_steps"]))
         return f"DDD at threshold {s['threshold']:g}, checks {checks}"
-    return f"Cost rule at draft {s['draft_cost']:g}, verify {s['verify_cost']:g}"
+    return f"Cost rule at draft {s['draft_cost']:g}, verify base {s['verify_base']:g}, per token {s['verify_cost']:g}"
 
 
 def _rate(value: float | None) -> str:

@@ -8,8 +8,10 @@ on a recorded one, so both take the same decision from the same numbers.
   probabilities. A node's probability is the product along its path of each token's calibrated
   conditional acceptance rate (Calibration: the draft's probability mapped to how often the target
   accepted such a token when its parent was accepted).
-- T, a step's expected time in plain decoding steps: 1 (the target's forward) + calls x draft_cost +
-  (verified - 1) x verify_cost.
+- T, a step's expected time in plain decoding steps: 1 (the target's forward) + calls x draft_cost, and where
+  any drafted token is verified, + verify_base + (verified - 1) x verify_cost. The base is the step from a
+  one-token forward to a tree forward: on a CPU the first drafted token costs several times what each next one
+  does, so a step whose draft looks poor verifies the root alone.
 - A step yields E + 1 tokens (the target always adds one) in T, so one more level that adds dE and dT pays
   exactly when dE / dT > (E + 1) / T. The level not yet drafted is forecast from the last one: each beam
   node's best child is taken as likely as the beam node times the rate at which the last level carried
@@ -20,6 +22,7 @@ from __future__ import annotations
 import bisect
 from collections.abc import Sequence
 from dataclasses import dataclass
+from typing import Any
 
 MAX_POINTS = 64  # calibration points a head may carry
 
@@ -125,10 +128,17 @@ class StepCosts:
     """What a step costs, in plain decoding steps (measured: `python -m ddd.bench.budget` prints them)."""
 
     draft_cost: float  # one draft call
+    verify_base: float  # verifying any drafted token at all
     verify_cost: float  # each verified token beyond the first
 
+    @classmethod
+    def of(cls, settings: Any) -> "StepCosts":
+        """From a cost-rule settings object (ddd.settings.CostSettings)."""
+        return cls(settings.draft_cost, settings.verify_base, settings.verify_cost)
+
     def time(self, calls: int, verified: int) -> float:
-        return 1.0 + calls * self.draft_cost + (verified - 1) * self.verify_cost
+        verify = self.verify_base + (verified - 1) * self.verify_cost if verified > 1 else 0.0
+        return 1.0 + calls * self.draft_cost + verify
 
 
 @dataclass(frozen=True)

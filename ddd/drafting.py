@@ -277,7 +277,7 @@ class DynamicTreeDrafter(Drafter):
 
     @classmethod
     def cost(cls, s: CostSettings, calibration: Calibration) -> "DynamicTreeDrafter":
-        costs = StepCosts(s.draft_cost, s.verify_cost)
+        costs = StepCosts.of(s)
         return cls(s.beam_width, s.total_tokens, CostDepth(s.max_draft_calls, s.total_tokens, costs, calibration))
 
     def draft(self, runner, root_token, root_feature, depth_limit):

@@ -256,17 +256,21 @@ THRESHOLD = Setting("threshold", "float", -0.3, -1000, 0, "threshold on H",
 # the budget tool prints this machine's own.
 DRAFT_COST = Setting("draft_cost", "float", 0.05, 0, 10, "draft call cost",
                      "what one draft call costs, in plain decoding steps", ui_high=1, step=0.01, above_low=True)
-VERIFY_COST = Setting("verify_cost", "float", 0.04, 0, 10, "verify cost per token",
+VERIFY_BASE = Setting("verify_base", "float", 0.1, 0, 10, "verify base cost",
+                      "what verifying any drafted token adds to the target's one-token forward (a tree forward "
+                      "instead of a plain one), in plain decoding steps", ui_high=1, step=0.01)
+VERIFY_COST = Setting("verify_cost", "float", 0.035, 0, 10, "verify cost per token",
                       "what each verified token beyond the first adds to the target's forward, in plain decoding "
                       "steps", ui_high=0.5, step=0.005)
 
+COST_SETTINGS = (DRAFT_COST, VERIFY_BASE, VERIFY_COST)  # what a step costs (ddd/costs.py StepCosts)
 SAMPLING_SETTINGS = (TEMPERATURE, TOP_P, TOP_K, SEED)
 METHOD_DECLARATIONS: dict[str, tuple[Setting, ...]] = {
     "plain": (),
     "eagle": (EAGLE_TREE_SETTING,),
     "eagle2": (BEAM_WIDTH, DRAFT_CALLS, TOTAL_TOKENS),
     "ddd": (BEAM_WIDTH, MAX_DRAFT_CALLS, CHECK_STEPS, THRESHOLD, TOTAL_TOKENS),
-    "cost": (BEAM_WIDTH, MAX_DRAFT_CALLS, TOTAL_TOKENS, DRAFT_COST, VERIFY_COST),
+    "cost": (BEAM_WIDTH, MAX_DRAFT_CALLS, TOTAL_TOKENS, *COST_SETTINGS),
 }
 
 

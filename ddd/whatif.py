@@ -12,12 +12,12 @@ through the whole recorded pool, plus one token per extra level where that chain
 level at a node the next call would expand).
 
 Step times are predicted from the step's own measured parts: its draft time per call times the calls, its
-verify time scaled to the verified count by the cost rule's model of a forward (1 + (n - 1) x verify_cost plain
-steps for n tokens), and its other time as it was. ddd/bench/budget.py sizes budgets from the same pools.
+verify time scaled to the verified count by the cost rule's model of a forward (StepCosts.time without draft
+calls: 1 plain step, plus verify_base + (n - 1) x verify_cost for n > 1 tokens), and its other time as it was. ddd/bench/budget.py sizes budgets from the same pools.
 """
 from __future__ import annotations
 
-from collections.abc import Collection, Sequence
+from collections.abc import Collection, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -25,7 +25,7 @@ import torch
 
 from .costs import IDENTITY, Calibration, StepCosts
 from .drafting import CostDepth
-from .settings import DRAFT_COST, MAX_DRAFT_CALLS, VERIFY_COST, parse_settings
+from .settings import COST_SETTINGS, MAX_DRAFT_CALLS, parse_settings
 from .trace import DraftNode, RunTrace, Step
 from .tree import Pool, rerank
 
@@ -182,8 +182,7 @@ def _run(trace: RunTrace, max_calls: int | None) -> _Run:
 def own_costs(trace: RunTrace | None) -> StepCosts:
     """The run's own step costs: a cost-rule run's settings, else the declared defaults (a 2-core CPU's)."""
     settings = trace.settings if trace is not None and trace.method == "cost" else {}
-    return StepCosts(float(settings.get(DRAFT_COST.name, DRAFT_COST.default)),
-                     float(settings.get(VERIFY_COST.name, VERIFY_COST.default)))
+    return StepCosts.of(parse_settings("cost", {s.name: settings[s.name] for s in COST_SETTINGS if s.name in settings}))
 
 
 def _context_cap(step: Step) -> int | None:
@@ -268,19 +267,17 @@ def _add_level(pool: Pool, level: list[DraftNode], position: dict[int, int]) -> 
     position.update(zip((n.index for n in level), added.tolist()))
 
 
-def cost_whatif(trace: RunTrace, draft_cost: Any, verify_cost: Any, *, max_draft_calls: int | None = None,
+def cost_whatif(trace: RunTrace, costs: Mapping[str, Any], *, max_draft_calls: int | None = None,
                 time_costs: StepCosts | None = None) -> WhatIf:
-    """`trace` replayed with the cost rule at `draft_cost` and `verify_cost` (values or text, parsed by their
-    declarations), the run's head calibration (IDENTITY when it recorded none) and max draft calls; times by
-    `time_costs` (the run's own)."""
+    """`trace` replayed with the cost rule at `costs` (by the names of COST_SETTINGS; values or text, parsed by
+    their declarations), the run's head calibration (IDENTITY when it recorded none) and max draft calls; times
+    by `time_costs` (the run's own)."""
     run = _run(trace, max_draft_calls)
-    settings = parse_settings("cost", dict(beam_width=run.beam_width, max_draft_calls=run.max_calls,
-                                           total_tokens=run.total_tokens, draft_cost=draft_cost,
-                                           verify_cost=verify_cost))
+    settings = parse_settings("cost", dict(costs, beam_width=run.beam_width, max_draft_calls=run.max_calls,
+                                           total_tokens=run.total_tokens))
     settings.validate()
     calibration = Calibration.from_json(trace.calibration) if trace.calibration is not None else IDENTITY
-    policy = CostDepth(run.max_calls, run.total_tokens, StepCosts(settings.draft_cost, settings.verify_cost),
-                       calibration)
+    policy = CostDepth(run.max_calls, run.total_tokens, StepCosts.of(settings), calibration)
     costs = time_costs or own_costs(trace)
     out = []
     for step, target in zip(run.steps, run.targets):
@@ -313,5 +310,5 @@ def cost_whatif(trace: RunTrace, draft_cost: Any, verify_cost: Any, *, max_draft
             out.append(_predict(step, calls + 1, len(kept), accepted, True, costs))
         else:
             out.append(_predict(step, calls, len(kept), accepted_within(step, kept, target), False, costs))
-    shown = {"draft_cost": settings.draft_cost, "verify_cost": settings.verify_cost, "max_draft_calls": run.max_calls}
+    shown = {**{s.name: getattr(settings, s.name) for s in COST_SETTINGS}, "max_draft_calls": run.max_calls}
     return WhatIf("cost", trace.method, shown, tuple(out), trace.calibration is not None, run.complete)

@@ -8,7 +8,7 @@ from typing import Any
 from components.inputs import TREE_COLUMNS, TREE_NAMES, TREE_SETTINGS
 from components.race import RACE_METHODS
 from ddd.bench.budget import BudgetReport
-from ddd.settings import DRAFT_COST, METHOD_DECLARATIONS, VERIFY_COST, Setting
+from ddd.settings import COST_SETTINGS, METHOD_DECLARATIONS, Setting
 from ddd.turns import Entry
 
 # The papers' values (the declared defaults) suit 7B targets on a GPU, where verifying 60 tokens costs about
@@ -19,7 +19,7 @@ from ddd.turns import Entry
 PRESETS = {
     "papers (GPU)": {s.name: s.default for s in TREE_SETTINGS},
     "small CPU model": dict(beam_width=8, draft_calls=3, total_tokens=6, max_draft_calls=8, check_steps="all",
-                            threshold=-0.3, draft_cost=DRAFT_COST.default, verify_cost=VERIFY_COST.default),
+                            threshold=-0.3, **{s.name: s.default for s in COST_SETTINGS}),
 }
 GPU_PRESET, CPU_PRESET = PRESETS
 # A third preset times this machine once (ddd.bench.budget) and fills in the fastest predicted settings.
@@ -62,8 +62,8 @@ def measured_preset(report: BudgetReport) -> dict[str, Any]:
     ddd = report.best("ddd", total_tokens=eagle2.settings["total_tokens"])
     costs = report.costs.step_costs(eagle2.settings["total_tokens"])
     return {**ddd.settings, **eagle2.settings,
-            DRAFT_COST.name: _on_widget(DRAFT_COST, costs.draft_cost),
-            VERIFY_COST.name: _on_widget(VERIFY_COST, costs.verify_cost),
+            **{s.name: _on_widget(s, getattr(costs, s.name)) for s in COST_SETTINGS},
             "summary": f"predicted {eagle2.speedup:.2f}x for EAGLE-2 (tau {eagle2.tau:.2f}) and {ddd.speedup:.2f}x "
                        f"for DDD (tau {ddd.tau:.2f}) against plain decoding; a draft call costs "
-                       f"{costs.draft_cost:.3f} plain steps, each verified token {costs.verify_cost:.3f}"}
+                       f"{costs.draft_cost:.3f} plain steps, a tree forward {costs.verify_base:.3f} more than a "
+                       f"one-token one, each verified token {costs.verify_cost:.3f}"}

@@ -13,7 +13,7 @@ from components.race import METHOD_LABELS
 from components.whatif import TITLE, whatif_figure, whatif_summary
 from components.widgets import CheckedSlider
 from ddd.costs import StepCosts
-from ddd.settings import CHECK_STEPS, DRAFT_COST, MAX_DRAFT_CALLS, THRESHOLD, VERIFY_COST, Setting, SettingsError
+from ddd.settings import CHECK_STEPS, COST_SETTINGS, MAX_DRAFT_CALLS, THRESHOLD, VERIFY_COST, Setting, SettingsError
 from ddd.trace import RunTrace
 from ddd.whatif import DYNAMIC_METHODS, cost_whatif, ddd_whatif, own_costs, replayable
 
@@ -22,7 +22,7 @@ from .viewing import message
 
 # Assumed, not measured here: on a GPU a 7B target verifies tens of tokens for about the price of one, and a draft
 # call costs a few percent of its forward.
-GPU_COSTS = StepCosts(draft_cost=0.05, verify_cost=0.002)
+GPU_COSTS = StepCosts(draft_cost=0.05, verify_base=0.0, verify_cost=0.002)
 THRESHOLD_STEP = 0.05
 # Fine enough to hold the GPU's verify cost, which the declared step (0.005) would round away.
 VERIFY_STEP = 0.001
@@ -31,10 +31,11 @@ what any part of each step's draft tree would have accepted. A hollow marker is 
 deeper than the run did, so its depth is at least and its accepted tokens at most what is drawn. Times come from each
 step's measured draft, verify and other times."""
 COSTS_NOTE = ("**this CPU**: the race's own cost-rule settings (the declared ones when it has no cost-rule run). "
-              f"**a GPU**: assumed GPU ratios (a draft call {GPU_COSTS.draft_cost:g}, each verified token "
-              f"{GPU_COSTS.verify_cost:g} plain steps), not measured here. Predicted times use this race's own costs "
-              "either way.")
-WIDGETS = ["whatif_source", "whatif_threshold", "whatif_checks", "whatif_draft_cost", "whatif_verify_cost"]
+              f"**a GPU**: assumed GPU ratios (a draft call {GPU_COSTS.draft_cost:g}, a tree forward "
+              f"{GPU_COSTS.verify_base:g} more than a one-token one, each verified token {GPU_COSTS.verify_cost:g} "
+              "plain steps), not measured here. Predicted times use this race's own costs either way.")
+COST_WIDGETS = [f"whatif_{s.name}" for s in COST_SETTINGS]
+WIDGETS = ["whatif_source", "whatif_threshold", "whatif_checks", *COST_WIDGETS]
 OUTPUTS = ["whatif_chart", "whatif_note"]
 
 
@@ -58,8 +59,9 @@ def place(ui: Ui) -> None:
                                              label=f"{CHECK_STEPS.label} (what if)", info=CHECK_STEPS.help,
                                              elem_id="whatif-checks")
         with gr.Row():
-            ui["whatif_draft_cost"] = _slider(DRAFT_COST, DRAFT_COST.default, DRAFT_COST.step, "whatif-draft-cost")
-            ui["whatif_verify_cost"] = _slider(VERIFY_COST, VERIFY_COST.default, VERIFY_STEP, "whatif-verify-cost")
+            for setting, name in zip(COST_SETTINGS, COST_WIDGETS):
+                ui[name] = _slider(setting, setting.default, VERIFY_STEP if setting is VERIFY_COST else setting.step,
+                                   name.replace("_", "-"))
             with gr.Column(min_width=140, scale=0):
                 ui["whatif_cpu"] = gr.Button("this CPU", size="sm", elem_id="whatif-cpu")
                 ui["whatif_gpu"] = gr.Button("a GPU", size="sm", elem_id="whatif-gpu")
@@ -79,7 +81,7 @@ def wire(ui: Ui, panel: WhatIfPanel) -> None:
                        trigger_mode="always_last")
     for name, which in (("whatif_cpu", "cpu"), ("whatif_gpu", "gpu")):
         ui[name].click(lambda *values, w=which: panel.preset(w, *values), widgets,
-                       ui.of(["whatif_draft_cost", "whatif_verify_cost", *OUTPUTS]), api_name=False,
+                       ui.of([*COST_WIDGETS, *OUTPUTS]), api_name=False,
                        show_progress="hidden")
 
 
@@ -90,6 +92,11 @@ def _sources(race: Race | None) -> list[str]:
 def _race_costs(race: Race | None, source: RunTrace | None) -> StepCosts:
     """The race's own costs: its cost-rule run's settings, or the declared ones."""
     return own_costs(race.get("cost") if race is not None and race.get("cost") else source)
+
+
+def _costs(costs: StepCosts) -> list[float]:
+    """The cost sliders' values, in COST_SETTINGS' order."""
+    return [getattr(costs, s.name) for s in COST_SETTINGS]
 
 
 def _max_calls(race: Race, trace: RunTrace) -> int:
@@ -116,7 +123,7 @@ class WhatIfPanel:
         threshold = float(ddd.settings.get(THRESHOLD.name, THRESHOLD.default)) if ddd else THRESHOLD.default
         checks = CHECK_STEPS.ui_value(ddd.settings.get(CHECK_STEPS.name, CHECK_STEPS.default) if ddd else
                                       CHECK_STEPS.default)
-        costs = _race_costs(race, trace)
+        costs = _costs(_race_costs(race, trace))
         # Below the lowest H the race recorded every threshold replays alike: the slider stops a little under it.
         lowest = min((h for m in sources for s in race.get(m).steps for h in s.confidence), default=threshold)
         low = max(THRESHOLD.bounds(ui=True)[0], math.floor(min(lowest, threshold)) - 1)
@@ -124,25 +131,24 @@ class WhatIfPanel:
             ui["whatif_source"]: gr.update(choices=[(METHOD_LABELS.get(m, m), m) for m in sources], value=source),
             ui["whatif_threshold"]: gr.update(minimum=low, value=threshold),
             ui["whatif_checks"]: checks,
-            ui["whatif_draft_cost"]: costs.draft_cost,
-            ui["whatif_verify_cost"]: costs.verify_cost,
+            **{ui[name]: value for name, value in zip(COST_WIDGETS, costs)},
         }
-        return {**values, **self._replay(race, source, threshold, checks, costs.draft_cost, costs.verify_cost)}
+        return {**values, **self._replay(race, source, threshold, checks, costs)}
 
-    def replay(self, source: Any, threshold: Any, checks: Any, draft_cost: Any, verify_cost: Any,
-               session: Any) -> dict:
-        return self._replay(getattr(session, "race", None), source, threshold, checks, draft_cost, verify_cost)
+    def replay(self, source: Any, threshold: Any, checks: Any, *rest: Any) -> dict:
+        """rest: the cost sliders' values (COST_SETTINGS' order), then the session."""
+        *costs, session = rest
+        return self._replay(getattr(session, "race", None), source, threshold, checks, costs)
 
-    def preset(self, which: str, source: Any, threshold: Any, checks: Any, draft_cost: Any, verify_cost: Any,
-               session: Any) -> dict:
+    def preset(self, which: str, source: Any, threshold: Any, checks: Any, *rest: Any) -> dict:
         """"this CPU" (the race's own costs) or "a GPU" (assumed ratios) on the cost sliders, and the replay."""
-        race = getattr(session, "race", None)
-        costs = GPU_COSTS if which == "gpu" else _race_costs(race, race.get(source) if race and source else None)
-        return {self.ui["whatif_draft_cost"]: costs.draft_cost, self.ui["whatif_verify_cost"]: costs.verify_cost,
-                **self._replay(race, source, threshold, checks, costs.draft_cost, costs.verify_cost)}
+        race = getattr(rest[-1], "race", None)  # rest: the cost sliders, then the session
+        costs = _costs(GPU_COSTS if which == "gpu" else
+                       _race_costs(race, race.get(source) if race and source else None))
+        return {**{self.ui[name]: value for name, value in zip(COST_WIDGETS, costs)},
+                **self._replay(race, source, threshold, checks, costs)}
 
-    def _replay(self, race: Race | None, source: Any, threshold: Any, checks: Any, draft_cost: Any,
-                verify_cost: Any) -> dict:
+    def _replay(self, race: Race | None, source: Any, threshold: Any, checks: Any, costs: list[Any]) -> dict:
         ui = self.ui
         sources = _sources(race)
         if race is None:
@@ -157,10 +163,11 @@ class WhatIfPanel:
             return {ui["whatif_chart"]: whatif_figure(None, [], why=why), ui["whatif_note"]: message(why, "note")}
         trace = race.get(source)
         try:
-            values = [checked(s, v) for s, v in ((THRESHOLD, threshold), (CHECK_STEPS, checks),
-                                                  (DRAFT_COST, draft_cost), (VERIFY_COST, verify_cost))]
+            checked_threshold, checked_checks = checked(THRESHOLD, threshold), checked(CHECK_STEPS, checks)
+            checked_costs = {s.name: checked(s, v) for s, v in zip(COST_SETTINGS, costs)}
             options = dict(max_draft_calls=_max_calls(race, trace), time_costs=_race_costs(race, trace))
-            results = [ddd_whatif(trace, *values[:2], **options), cost_whatif(trace, *values[2:], **options)]
+            results = [ddd_whatif(trace, checked_threshold, checked_checks, **options),
+                       cost_whatif(trace, checked_costs, **options)]
         except InputError as err:
             return {ui["whatif_chart"]: gr.skip(), ui["whatif_note"]: message(str(err))}
         except SettingsError as err:

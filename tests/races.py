@@ -52,7 +52,7 @@ def make_trace(method, steps, settings=None, temperature=0.0):
                 "ddd": {"beam_width": 3, "max_draft_calls": 6, "check_steps": [3, 5], "threshold": -0.3,
                         "total_tokens": 8},
                 "cost": {"beam_width": 3, "max_draft_calls": 6, "total_tokens": 8, "draft_cost": 0.05,
-                         "verify_cost": 0.04}}
+                         "verify_base": 0.1, "verify_cost": 0.04}}
     trace = RunTrace(method=method, settings=settings or defaults[method],
                      sampling={"temperature": temperature, "top_p": 1.0, "top_k": 0, "seed": 0}, model="hand-made",
                      head="hand-made", prompt="Say hi", prompt_tokens=5, steps=steps,

@@ -1,8 +1,8 @@
 """The automatic budget: its predictions of what smaller trees accept are exact under greedy decoding."""
 import pytest
 
-from ddd.bench.budget import (accepted_within, auto_budget, ddd_depth, interpolate, kept_nodes, lm_rows, time_target,
-                              main as budget_main)
+from ddd.bench.budget import (Costs, accepted_within, auto_budget, ddd_depth, interpolate, kept_nodes, lm_rows,
+                              time_target, main as budget_main)
 from ddd.engine import generate
 from ddd.checkpoint import save_head
 from tests.tiny import PROMPTS
@@ -83,6 +83,15 @@ def test_forwards_are_timed_after_the_asked_context_within_the_models_limit(llam
     assert set(contexts[1:]) == {llama.context_limit - 5}
 
 
+def test_the_cost_rules_costs_split_a_forward_into_its_tree_base_and_a_slope():
+    """A CPU's forward: 50 ms for one token, 58 for two, then 2 ms per token; plain steps of 50 ms."""
+    costs = Costs({1: 50.0, 2: 58.0, 4: 62.0, 8: 70.0}, {}, draft_call_ms=5.0, other_ms=0.0, plain_ms=50.0)
+    step = costs.step_costs(8)
+    assert (step.draft_cost, step.verify_base, step.verify_cost) == pytest.approx((0.1, 0.12, 0.04))
+    for n, ms in costs.forward_ms.items():  # the rule's model of a forward meets every measured size
+        assert step.time(0, n) == pytest.approx(ms / 50.0)
+
+
 def test_budget_prints_candidates_and_the_best_settings(tmp_path, tiny_llama_dir, llama_head, capsys):
     head_dir = save_head(llama_head, tmp_path / "head")
     budget_main(["--model", str(tiny_llama_dir), "--head", str(head_dir), "--beam-width", "4", "--max-calls", "3",
@@ -91,6 +100,7 @@ def test_budget_prints_candidates_and_the_best_settings(tmp_path, tiny_llama_dir
     assert "target forward ms by rows" in out and "predicted speedup" in out
     assert "eagle2: --set beam_width=4 --set draft_calls=" in out
     assert "ddd: --set beam_width=4 --set max_draft_calls=3 --set check_steps=all" in out
+    assert "cost: --set draft_cost=" in out and "--set verify_base=" in out and "--set verify_cost=" in out
 
 
 @pytest.mark.parametrize("extra, message", [

@@ -9,8 +9,8 @@ from ddd.costs import (IDENTITY, Calibration, CalibrationError, StepCosts, best_
 from ddd.head import HeadLoadError
 from tests.tiny import PROMPTS
 
-CPU = StepCosts(draft_cost=0.16, verify_cost=0.035)
-GPU = StepCosts(draft_cost=0.05, verify_cost=0.002)
+CPU = StepCosts(draft_cost=0.16, verify_base=0.1, verify_cost=0.035)
+GPU = StepCosts(draft_cost=0.05, verify_base=0.0, verify_cost=0.002)
 
 
 def test_the_verified_count_maximises_the_expected_rate():
@@ -21,6 +21,13 @@ def test_the_verified_count_maximises_the_expected_rate():
     assert best.rate == pytest.approx(max(rates.values()))
 
 
+def test_a_poor_draft_verifies_the_root_alone_where_a_tree_forward_costs_more():
+    """A tree forward's base cost outweighs 0.08 expected tokens on the CPU, not on the GPU."""
+    assert best_tree([0.08], calls=1, costs=CPU, max_verified=64).verified == 1
+    assert best_tree([0.08], calls=1, costs=GPU, max_verified=64).verified == 2
+    assert CPU.time(1, 1) == pytest.approx(1.16) and CPU.time(1, 3) == pytest.approx(1.16 + 0.1 + 2 * 0.035)
+
+
 def test_the_verified_count_stays_within_the_cap():
     assert best_tree([0.9] * 10, calls=1, costs=GPU, max_verified=4).verified == 4
 
@@ -28,7 +35,7 @@ def test_the_verified_count_stays_within_the_cap():
 def test_a_cheap_machine_drafts_on_where_a_dear_one_stops():
     """The same drafts: one more level pays on GPU costs and not on costs five times dearer per call."""
     probs, beam = [0.8, 0.1, 0.6, 0.05], [0.6, 0.05]
-    dear = StepCosts(draft_cost=0.8, verify_cost=0.035)
+    dear = StepCosts(draft_cost=0.8, verify_base=0.1, verify_cost=0.035)
     assert not decide(2, probs, level_mass=0.65, parent_mass=0.8, beam=beam, costs=GPU, max_verified=60).stop
     assert decide(2, probs, level_mass=0.65, parent_mass=0.8, beam=beam, costs=dear, max_verified=60).stop
 

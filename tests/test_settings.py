@@ -96,7 +96,7 @@ def test_declared_defaults_are_the_settings_classes_defaults():
 def test_the_panel_derives_from_the_declaration():
     assert SETTINGS == [s.name for s in RUN_SETTINGS] + ["precision"] + TREE_NAMES + ["race_cost"]
     assert TREE_NAMES == ["beam_width", "draft_calls", "total_tokens", "max_draft_calls", "check_steps", "threshold",
-                          "draft_cost", "verify_cost"]
+                          "draft_cost", "verify_base", "verify_cost"]
     assert LABELS["beam_width"] == "EAGLE-2 / DDD beam width" and LABELS["threshold"] == "DDD threshold on H"
     assert LABELS["draft_cost"] == "Cost rule draft call cost"  # named after the fourth column, which alone takes it
     for setting in (*RUN_SETTINGS, *TREE_SETTINGS):

@@ -14,9 +14,11 @@ from tests.conftest import EXAMPLES_DIR
 from tests.tiny import PROMPTS
 
 DDD = dict(beam_width=4, max_draft_calls=6, check_steps="all", threshold=-1.0, total_tokens=12)
-COST = dict(beam_width=4, max_draft_calls=6, total_tokens=12, draft_cost=0.02, verify_cost=0.01)
+COSTS = dict(draft_cost=0.02, verify_base=0.01, verify_cost=0.01)
+COST = dict(beam_width=4, max_draft_calls=6, total_tokens=12, **COSTS)
 # Dear enough that the rule stops early and verifies few tokens, where COST goes deeper.
-DEAR = dict(COST, draft_cost=0.3, verify_cost=0.1)
+DEAR_COSTS = dict(draft_cost=0.3, verify_base=0.2, verify_cost=0.1)
+DEAR = dict(COST, **DEAR_COSTS)
 CALIBRATION = Calibration(((0.0, 0.05), (0.5, 0.4), (1.0, 0.9)))
 
 
@@ -66,7 +68,7 @@ def test_a_shipped_example_at_its_own_settings_gives_back_the_run(name):
 
 def test_the_cost_rule_at_its_own_costs_gives_back_the_run(cost_run):
     assert cost_run.calibration == CALIBRATION.to_json()
-    result = cost_whatif(cost_run, COST["draft_cost"], COST["verify_cost"])
+    result = cost_whatif(cost_run, COSTS)
     assert as_recorded(result) == recorded(cost_run)
     assert result.calibrated and result.complete
 
@@ -103,7 +105,7 @@ def test_a_shallower_setting_is_exact_where_the_record_reaches(llama, llama_head
         real = next(s for s in run(llama, llama_head, "cost", 4, **DEAR).steps if not s.prefill)
     finally:
         llama_head.calibration = original
-    first = cost_whatif(cost_run, DEAR["draft_cost"], DEAR["verify_cost"]).steps[0]
+    first = cost_whatif(cost_run, DEAR_COSTS).steps[0]
     assert not first.bound
     assert (first.calls, first.verified, first.accepted) == (real.draft_calls, real.verified, real.accepted)
 
@@ -114,7 +116,7 @@ def test_runs_it_cannot_replay_say_why(llama, llama_head, ddd_run):
         ddd_whatif(sampled, -0.3, "all")
     plain = run(llama, None, "plain", 4)
     with pytest.raises(WhatIfError, match="no dynamic tree"):
-        cost_whatif(plain, 0.05, 0.04)
+        cost_whatif(plain, COSTS)
     with pytest.raises(SettingsError, match="check_steps lists draft call 9"):
         ddd_whatif(ddd_run, -0.3, "2,9")
 
@@ -122,7 +124,7 @@ def test_runs_it_cannot_replay_say_why(llama, llama_head, ddd_run):
 def test_the_figure_draws_bounds_apart_and_escapes_token_text(ddd_run):
     steps = [replace(s, text="<b>bold</b>") if not s.prefill else s for s in ddd_run.steps]
     trace = replace(ddd_run, steps=steps)
-    results = [ddd_whatif(trace, -1000.0, "all"), cost_whatif(trace, 0.05, 0.04)]
+    results = [ddd_whatif(trace, -1000.0, "all"), cost_whatif(trace, COSTS)]
     fig = whatif_figure(trace, results)
     metas = {t.meta for t in fig.data}
     assert {"recorded-depth", "recorded-accepted", "ddd-depth-bound", "ddd-accepted-bound", "cost-depth"} <= metas

@@ -32,8 +32,8 @@ from ddd.costs import StepCosts
 from ddd.engine import encode_prompt, generate
 from ddd.head import DraftHead, HeadLoadError
 from ddd.models import ModelLoadError, Target, load_target
-from ddd.settings import (BEAM_WIDTH, DRAFT_CALLS, TOTAL_TOKENS, DDDSettings, Eagle2Settings, SettingsError,
-                          add_argument, argument_type)
+from ddd.settings import (BEAM_WIDTH, COST_SETTINGS, DRAFT_CALLS, TOTAL_TOKENS, DDDSettings, Eagle2Settings,
+                          SettingsError, add_argument, argument_type)
 from ddd.trace import Step
 from ddd.tree import DraftTree
 from ddd.whatif import accepted_within, ddd_depth, kept_nodes
@@ -74,11 +74,14 @@ class Costs:
     plain_ms: float  # one whole plain decoding step at the same context
 
     def step_costs(self, verified: int) -> StepCosts:
-        """The cost rule's costs (ddd/costs.py) in plain steps: a draft call, and each verified token beyond the
-        first, the slope of the target's forward from one token to `verified`."""
-        n = max(verified, 2)
-        slope = (interpolate(self.forward_ms, n) - interpolate(self.forward_ms, 1)) / (n - 1)
-        return StepCosts(self.draft_call_ms / self.plain_ms, max(slope, 0.0) / self.plain_ms)
+        """The cost rule's costs (ddd/costs.py) in plain steps: a draft call; each verified token beyond the
+        second, the slope of the target's forward from two tokens to `verified` (at least 4); the base, what the
+        second token costs beyond that slope (the step from a one-token forward to a tree forward)."""
+        n = max(verified, 4)
+        two = interpolate(self.forward_ms, 2)
+        slope = max((interpolate(self.forward_ms, n) - two) / (n - 2), 0.0)
+        base = max(two - interpolate(self.forward_ms, 1) - slope, 0.0)
+        return StepCosts(self.draft_call_ms / self.plain_ms, base / self.plain_ms, slope / self.plain_ms)
 
     def step_ms(self, verified: int, draft_calls: int, lm_rows: list[int]) -> float:
         """lm_rows: the sizes of the LM-head calls greedy acceptance makes (see accept_greedy)."""
@@ -280,7 +283,7 @@ def _report(args) -> int:
     for method in ("eagle2", "ddd"):
         print(f"  {method}: " + " ".join(f"--set {k}={v}" for k, v in report.best(method).settings.items()))
     costs = c.step_costs(report.best("eagle2").settings["total_tokens"])
-    print(f"  cost: --set draft_cost={costs.draft_cost:.3g} --set verify_cost={costs.verify_cost:.3g}")
+    print("  cost: " + " ".join(f"--set {s.name}={getattr(costs, s.name):.3g}" for s in COST_SETTINGS))
     return 0
 
 
