@@ -14,6 +14,7 @@ from __future__ import annotations
 import base64
 import gzip
 import json
+from dataclasses import MISSING, fields
 from pathlib import Path
 from typing import Any
 
@@ -22,12 +23,14 @@ from markdown_it import MarkdownIt
 from plotly.offline import get_plotlyjs
 
 from ddd.settings import METHOD_DECLARATIONS, PRECISIONS, SAMPLING_SETTINGS, Setting
-from ddd.trace import CHAIN_ENDS, SCHEMA_VERSION, STATUSES
+from ddd.trace import CHAIN_ENDS, SCHEMA_VERSION, STATUSES, RunTrace
 
 from .about import about_markdown
 from .answer import LEGEND, answer_html, counters_html
 from .charts import METHOD_COLORS, SUMMARY_HEADERS, summary_rows, timeline_figure
-from .race import DROPPED_SHOWN, METHOD_LABELS, RACE_FORMAT, RACE_METHODS, RACE_VERSION, Race
+from .race import (COLUMN_METHODS, COST_METHOD, DROPPED_SHOWN, METHOD_LABELS, RACE_FORMAT, RACE_METHODS, RACE_VERSION,
+                   TREE_METHODS, Race)
+from .runcheck import MAX_PROMPT_TOKENS, MAX_TOKENS, SHARED, WEIGHED, Shape
 from .runfile import (CHECK_FIELDS, CHECK_REQUIRED, LIMITS, NODE_FIELDS, RACE_FIELDS, STEP_FIELDS, SUMMARY_KEYS,
                       TRACE_FIELDS, TRACE_REQUIRED, load_race)
 from .tokens import escape
@@ -37,9 +40,18 @@ from .views import CSS, race_info, step_view
 
 PLAYER = Path(__file__).with_name("static_player")
 PLOTLY_JS = "plotly.min.js"
-# What the player shows per step, by the names of the page's elements (explorer.layout's, with - for _).
-STEP_KEYS = ("ans_plain", "ans_eagle2", "ans_ddd", "cnt_plain", "cnt_eagle2", "cnt_ddd", "txt_eagle2", "txt_ddd",
-             "tree_eagle2", "tree_ddd", "narration", "depth")
+
+
+def step_keys(columns: tuple[str, ...]) -> tuple[str, ...]:
+    """What the player shows per step of a race with these columns, by the names of the page's elements
+    (explorer.layout's, with - for _)."""
+    trees = tree_columns(columns)
+    return (*(f"ans_{m}" for m in columns), *(f"cnt_{m}" for m in columns), *(f"txt_{m}" for m in trees),
+            *(f"tree_{m}" for m in trees), "narration", "depth")
+
+
+def tree_columns(columns: tuple[str, ...]) -> tuple[str, ...]:
+    return tuple(m for m in TREE_METHODS if m in columns)
 
 
 class _Pool:
@@ -92,18 +104,20 @@ def summary_html(race: Race) -> str:
 def race_bundle(race: Race) -> dict[str, Any]:
     """Every view the page shows of `race`, per round, with repeated values pooled."""
     pool = _Pool()
-    steps: dict[str, list[int]] = {key: [] for key in STEP_KEYS}
+    columns = race.columns()
+    keys = step_keys(columns)
+    steps: dict[str, list[int]] = {key: [] for key in keys}
     for index in range(rounds(race)):
         view = step_view(race, index)
-        values = {"txt_eagle2": view.texts["eagle2"], "txt_ddd": view.texts["ddd"],
-                  "narration": markdown_html(view.narration), "tree_eagle2": figure_json(view.trees["eagle2"]),
-                  "tree_ddd": figure_json(view.trees["ddd"]), "depth": figure_json(view.depth)}
-        for method in RACE_METHODS:
+        values = {"narration": markdown_html(view.narration), "depth": figure_json(view.depth)}
+        for method in tree_columns(columns):
+            values[f"txt_{method}"], values[f"tree_{method}"] = view.texts[method], figure_json(view.trees[method])
+        for method in columns:
             values[f"ans_{method}"], values[f"cnt_{method}"] = column_at(race, method, index)
-        for key in STEP_KEYS:
+        for key in keys:
             steps[key].append(pool.add(values[key]))
     return {
-        "title": race.title, "rounds": rounds(race),
+        "title": race.title, "rounds": rounds(race), "columns": list(columns), "trees": list(tree_columns(columns)),
         "lengths": {m: len(t.steps) for m, t in race.traces.items()},
         "info": race_info(race), "headline": headline_html(race.traces), "summary": summary_html(race),
         "timeline": figure_json(timeline_figure(race)), "about": markdown_html(about_markdown(race)),
@@ -118,7 +132,24 @@ def encode(value: Any) -> str:
 
 
 def _declared(settings: tuple[Setting, ...]) -> list[dict[str, Any]]:
-    return [{"name": s.name, "kind": s.kind, "low": s.low, "high": s.high, "old": list(s.old_names)} for s in settings]
+    """Each setting within the app's own range (runfile checks a file's settings against the ui range: a run made
+    beyond it on the command line is not shown), with the default a file that omits it runs with."""
+    return [{"name": s.name, "kind": s.kind, "low": s.bounds(ui=True)[0], "high": s.bounds(ui=True)[1],
+             "default": s.default, "old": list(s.old_names)} for s in settings]
+
+
+def _shapes() -> dict[str, dict[str, bool]]:
+    """Which methods check their depth and which weigh it, as runcheck.Shape tells them apart."""
+    shapes = {}
+    for method in METHOD_DECLARATIONS:
+        shape = Shape.of(RunTrace(method=method, settings={}, sampling={}, model="", head=None, prompt="",
+                                  prompt_tokens=1))
+        if shape is not None:
+            shapes[method] = {"checks": shape.checks, "weighs": shape.weighs}
+    return shapes
+
+
+_TRACE_DEFAULTS = {f.name: f.default for f in fields(RunTrace) if f.name in SHARED and f.default is not MISSING}
 
 
 def constants() -> dict[str, Any]:
@@ -130,12 +161,15 @@ def constants() -> dict[str, Any]:
                    "checkRequired": sorted(CHECK_REQUIRED), "summary": sorted(SUMMARY_KEYS)},
         "settings": {method: _declared(declared) for method, declared in METHOD_DECLARATIONS.items()},
         "sampling": _declared(SAMPLING_SETTINGS), "precisions": list(PRECISIONS), "chainEnds": list(CHAIN_ENDS),
-        "labels": METHOD_LABELS, "methods": list(RACE_METHODS), "colors": COLORS, "statusNames": STATUS_NAMES,
+        "labels": METHOD_LABELS, "methods": list(RACE_METHODS), "columns": list(COLUMN_METHODS),
+        "costMethod": COST_METHOD, "treeMethods": list(TREE_METHODS), "shapes": _shapes(), "weighed": list(WEIGHED),
+        "shared": list(SHARED), "traceDefaults": _TRACE_DEFAULTS, "colors": COLORS, "statusNames": STATUS_NAMES,
         "methodColors": METHOD_COLORS, "bandColors": list(BAND_COLORS), "ghostColor": GHOST_COLOR,
         "ghostLine": GHOST_LINE, "labelPositions": LABEL_POSITIONS, "droppedShown": DROPPED_SHOWN,
         "limits": {"fileBytes": LIMITS.file_bytes, "jsonBytes": LIMITS.json_bytes, "steps": LIMITS.steps,
                    "nodesPerStep": LIMITS.nodes_per_step, "nodes": LIMITS.nodes, "text": LIMITS.long_text,
-                   "treeLevels": MAX_LEVELS, "treeNodes": MAX_NODES},
+                   "listItems": LIMITS.list_items, "treeLevels": MAX_LEVELS, "treeNodes": MAX_NODES,
+                   "tokens": MAX_TOKENS, "promptTokens": MAX_PROMPT_TOKENS},
     }
 
 

@@ -254,12 +254,12 @@ THRESHOLD = Setting("threshold", "float", -0.3, -1000, 0, "threshold on H",
 
 # The cost rule's defaults: `python -m ddd.bench.budget --dtype int8` on a 2-core AVX2 CPU (docs/results.md);
 # the budget tool prints this machine's own.
-DRAFT_COST = Setting("draft_cost", "float", 0.05, 0, 10, "draft call cost",
+DRAFT_COST = Setting("draft_cost", "float", 0.06, 0, 10, "draft call cost",
                      "what one draft call costs, in plain decoding steps", ui_high=1, step=0.01, above_low=True)
-VERIFY_BASE = Setting("verify_base", "float", 0.1, 0, 10, "verify base cost",
+VERIFY_BASE = Setting("verify_base", "float", 0.09, 0, 10, "verify base cost",
                       "what verifying any drafted token adds to the target's one-token forward (a tree forward "
                       "instead of a plain one), in plain decoding steps", ui_high=1, step=0.01)
-VERIFY_COST = Setting("verify_cost", "float", 0.035, 0, 10, "verify cost per token",
+VERIFY_COST = Setting("verify_cost", "float", 0.025, 0, 10, "verify cost per token",
                       "what each verified token beyond the first adds to the target's forward, in plain decoding "
                       "steps", ui_high=0.5, step=0.005)
 

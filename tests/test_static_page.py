@@ -6,16 +6,18 @@ from __future__ import annotations
 
 import gzip
 import json
+import re
 import time
 from pathlib import Path
 
 import pytest
 
-from components import load_race
+from components import RaceFileError, load_race
 from explorer.deploy import export_space
 from tests.bad_inputs import FILE_CASES, PAYLOADS, evil_race
+from tests.races import hand_race, make_trace, prefill, spec_step
 from tests.test_browser import CHROMIUM, INJECTED, OUT, Browser, plotly_traces, text_of, upload
-from tests.test_file_checks import freezing_files
+from tests.test_file_checks import freezing_files, wide_pool
 
 ROOT = Path(__file__).resolve().parents[1]
 EXAMPLES = sorted((ROOT / "assets" / "examples").glob("*.json"))
@@ -159,29 +161,110 @@ def test_a_race_file_from_disk_plays_and_bad_files_are_refused(page, tmp_path):
 
 
 # The DDD tree as the page holds it: [bands and other shapes, nodes drawn].
-TREE_NOTES = "JSON.stringify(document.querySelector('#tree-ddd .js-plotly-plot').layout.annotations.map((a) => a.text))"
 TREE_SIZE = ("(() => { const g = document.querySelector('#tree-ddd .js-plotly-plot');"
              " return [g.layout.shapes.length, g.data.reduce((a, t) => a + (t.meta ? t.x.length : 0), 0)]; })()")
 
 
+def loaded(browser, path: Path) -> None:
+    browser.js("document.querySelector('#message').hidden = true")
+    upload(browser, path)
+    shown = f"{text_of('info')}.includes({json.dumps(path.name)})"
+    browser.wait_for(f"{shown} || !document.querySelector('#message').hidden", 30, f"the page to read {path.name}")
+
+
 @pytest.mark.parametrize("name", ["4096-draft-calls", "4096-deep-chain", "40000-nodes"])
-def test_a_file_that_froze_the_app_draws_a_bounded_tree_at_once(page, tmp_path, name):
-    """Without Python the page cannot run every check the app runs, so it draws what such a file holds as the app
-    would: at most 32 levels and 2,000 nodes, saying what it left out (the 40,000 nodes are pruned ones, of which
-    the page shows a few per level)."""
+def test_a_file_that_froze_the_app_is_refused_at_once(page, tmp_path, name):
+    """More draft calls or nodes than the run's settings make: refused, as the app refuses them."""
     path = tmp_path / f"{name}.json"
     path.write_text(json.dumps(freezing_files()[name]))
     started = time.monotonic()
-    upload(page, path)
-    page.wait_for(f"{text_of('info')}.includes({json.dumps(path.name)}) || !document.querySelector('#message').hidden",
-                  30, f"the page to read {name}")
-    if page.js("document.querySelector('#message').hidden"):
-        page.wait_for(f"{tree_title('tree-ddd')}.includes('step 1')", 30, f"{name}'s first step")
-        shapes, nodes = page.js(TREE_SIZE)
-        assert shapes <= 33 and nodes <= 2_002, (shapes, nodes)
-        if name == "4096-deep-chain":
-            assert "levels 33–4096 not drawn" in page.js(TREE_NOTES)
+    loaded(page, path)
+    assert "Could not load that file" in page.js(text_of("message"))
     assert time.monotonic() - started < 30, name
+
+
+def test_a_tree_as_wide_as_its_settings_allow_is_drawn_bounded(page, tmp_path):
+    """Beam width 32 and 3 draft calls make 2,081 nodes, which the checks let through: the page draws at most
+    2,000 of them, as the app does, at once."""
+    data = freezing_files()["40000-nodes"]
+    data["traces"]["ddd"]["settings"]["beam_width"] = 32
+    data["traces"]["ddd"]["steps"][1]["pool"] = wide_pool(2081)
+    path = tmp_path / "2081-nodes.json"
+    path.write_text(json.dumps(data))
+    assert len(load_race(path).traces["ddd"].steps[1].pool) == 2081
+    started = time.monotonic()
+    loaded(page, path)
+    page.wait_for(f"{tree_title('tree-ddd')}.includes('step 1')", 30, "the wide step")
+    shapes, nodes = page.js(TREE_SIZE)
+    assert shapes <= 33 and 0 < nodes <= 2_002, (shapes, nodes)
+    assert time.monotonic() - started < 30
+
+
+def cost_race() -> dict:
+    """The hand-made race with a cost run: it weighed after each of its three draft calls and stopped there."""
+    race = hand_race()
+    weighed = [(1, -0.1, False, 0.8, 1.09, 5, 0.3, 0.05), (2, -0.2, False, 1.1, 1.17, 7, 0.06, 0.05),
+               (3, -0.5, True, 1.16, 1.22, 8, 0.18, 0.15)]
+    race.traces["cost"] = make_trace("cost", [prefill(), spec_step(calls=3, limit=6, checks=weighed)])
+    return json.loads(json.dumps(race.to_dict()))
+
+
+SHOWN_COLUMNS = "[...document.querySelectorAll('.columns .col')].filter((c) => !c.hidden).length"
+SHOWN_TREES = "[...document.querySelectorAll('.pair .col')].filter((c) => !c.hidden).length"
+
+
+def test_a_race_file_with_a_cost_run_shows_it_as_a_fourth_column(page, tmp_path):
+    path = tmp_path / "cost.json"
+    path.write_text(json.dumps(cost_race()))
+    assert load_race(path).methods == ["plain", "eagle2", "ddd", "cost"]
+    loaded(page, path)
+    page.wait_for(f"{tree_title('tree-cost')}.includes('step 1')", 30, "the cost rule's tree of step 1")
+    assert page.js(SHOWN_COLUMNS) == 4 and page.js(SHOWN_TREES) == 3
+    assert page.js(text_of("ans-cost")).strip() and "tokens/s" in page.js(text_of("cnt-cost"))
+    assert " the cat" in page.js(text_of("txt-cost"))
+    accepted = "document.querySelector('#tree-cost .js-plotly-plot').data.find((t) => t.meta === 'accepted').x.length"
+    assert page.js(accepted) == 2  # the accepted path: ' the', ' cat'
+    assert page.js("document.querySelector('#depth .js-plotly-plot').data.some((t) => t.meta === 'cost-depth')")
+    assert "E = 1.16 accepted tokens in T = 1.22 plain steps" in page.js(text_of("narration"))
+
+
+def test_a_race_without_a_cost_run_shows_three_columns(page, tmp_path):
+    path = tmp_path / "three.json"
+    path.write_bytes(EXAMPLES[0].read_bytes())
+    loaded(page, path)
+    page.wait_for(f"{tree_title('tree-ddd')}.includes('step 1')", 30, "the DDD tree of step 1")
+    assert page.js(SHOWN_COLUMNS) == 3 and page.js(SHOWN_TREES) == 2
+    choose(page, "0")
+    page.wait_for(f"{text_of('narration')}.includes('Step 1')", 30, "the first example")
+    assert page.js(SHOWN_COLUMNS) == 3 and page.js(SHOWN_TREES) == 2
+
+
+def _cost_check(data: dict) -> None:
+    data["traces"]["cost"]["steps"][1]["checks"][2]["expected"] = 9.5
+
+
+def _fifty_times(data: dict) -> None:
+    step = data["traces"]["ddd"]["steps"][1]
+    step["token_ids"] = step["token_ids"] * 50
+
+
+@pytest.mark.parametrize("change, words", [
+    (_fifty_times, "token_ids holds 150 tokens, but a step that accepted 2 draft tokens emits 3"),
+    (lambda d: d["traces"]["cost"].update(prompt="another prompt"), "share one prompt, model, device and precision"),
+    (_cost_check, "checks[2].expected is 9.5, but 7 verified draft tokens are expected to give 0 to as many"),
+], ids=["tokens-fifty-times", "another-prompt", "cost-expected-past-verified"])
+def test_a_file_that_contradicts_itself_is_refused_and_the_page_stays_usable(page, tmp_path, change, words):
+    data = cost_race()
+    change(data)
+    path = tmp_path / "contradicts.json"
+    path.write_text(json.dumps(data))
+    with pytest.raises(RaceFileError, match=re.escape(words)):  # the app refuses it with the same words
+        load_race(path)
+    loaded(page, path)
+    assert "Could not load that file" in page.js(text_of("message")) and words in page.js(text_of("message"))
+    shown = page.js("Number(document.querySelector('#slider').value)")
+    page.js("document.querySelector('#next').click()")
+    page.wait_for(f"Number(document.querySelector('#slider').value) === {shown + 1}", 20, "the next step")
 
 
 def test_no_console_error_and_no_request_left_the_page(page):

@@ -9,7 +9,6 @@
 (() => {
   const DATA = JSON.parse(document.getElementById("races").textContent);
   const K = DATA.constants;
-  const METHODS = K.methods;
   const PLAY_MS = 1000;
   const $ = (id) => document.getElementById(id);
   const hasPlotly = typeof window.Plotly === "object";
@@ -54,21 +53,24 @@
     slider.max = String(Math.max(view.rounds - 1, 0));
     slider.value = String(index);
     $("step-label").textContent = `step ${index} of ${view.rounds - 1}` + (index === 0 ? " (prefill)" : "");
-    for (const method of METHODS) {
+    for (const method of view.columns) {
       put($(`ans-${method}`), view.html(`ans_${method}`, index));
       put($(`cnt-${method}`), view.html(`cnt_${method}`, index));
     }
-    put($("txt-eagle2"), view.html("txt_eagle2", index));
-    put($("txt-ddd"), view.html("txt_ddd", index));
+    for (const method of view.trees) {
+      put($(`txt-${method}`), view.html(`txt_${method}`, index));
+      plot(`tree-${method}`, view.figure(`tree_${method}`, index));
+    }
     put($("narration"), view.html("narration", index));
-    plot("tree-eagle2", view.figure("tree_eagle2", index));
-    plot("tree-ddd", view.figure("tree_ddd", index));
     plot("depth", view.figure("depth", index));
   }
 
   function showRace(next) {
     stop();
     view = next;
+    // The cost rule's column and tree show only for a race that raced it, as in the app.
+    for (const method of K.columns) $(`ans-${method}`).parentElement.hidden = !view.columns.includes(method);
+    for (const method of K.treeMethods) $(`tree-${method}`).parentElement.hidden = !view.trees.includes(method);
     put($("info"), view.info());
     put($("headline"), view.headline());
     const summary = view.summary();
@@ -94,6 +96,8 @@
     constructor(bundle) {
       this.b = bundle;
       this.rounds = bundle.rounds;
+      this.columns = bundle.columns;
+      this.trees = bundle.trees;
     }
     value(key, at) { return this.b.pool[this.b.steps[key][at]]; }
     html(key, at) { return this.value(key, at); }
@@ -226,7 +230,7 @@
       if (setting.kind === "calls") {
         if (item !== "all") list(item, at, setting.high).forEach((call, i) => int(call, `${at}[${i}]`, setting.low, setting.high));
       } else if (setting.kind === "tree") {
-        list(item, at, 4096).forEach((path, i) => list(path, `${at}[${i}]`, 4096).forEach((rank, j) => int(rank, `${at}[${i}][${j}]`, setting.low, setting.high)));
+        list(item, at, K.limits.listItems).forEach((path, i) => list(path, `${at}[${i}]`, K.limits.listItems).forEach((rank, j) => int(rank, `${at}[${i}][${j}]`, setting.low, setting.high)));
       } else if (setting.kind === "float") {
         number(item, at, setting.low, setting.high);
       } else {
@@ -264,6 +268,7 @@
       }
       traces.set(method, checkTrace(trace, `traces.${method}`, method, count));
     }
+    checkTogether(traces);
     return {title: title || (traces.values().next().value.prompt.slice(0, 60)), note, traces};
   }
 
@@ -281,12 +286,15 @@
       sampling: declared(data.sampling, K.sampling, `${where}.sampling`),
       prompt_tokens: int(data.prompt_tokens, `${where}.prompt_tokens`, 0, 1e7),
     };
-    for (const name of ["model", "head", "stop_reason", "precision", "device"]) {
-      trace[name] = text(data[name], `${where}.${name}`, 2000, true);
+    trace.model = text(data.model, `${where}.model`, 2000);
+    trace.head = data.head === null ? null : text(data.head, `${where}.head`, 2000);
+    trace.stop_reason = text(data.stop_reason, `${where}.stop_reason`, 2000, true);
+    for (const name of ["precision", "device"]) {
+      trace[name] = data[name] === undefined ? K.traceDefaults[name] : text(data[name], `${where}.${name}`, 2000);
     }
     trace.prompt = text(data.prompt, `${where}.prompt`, K.limits.text);
-    text(data.text, `${where}.text`, K.limits.text, true);
-    if (trace.precision && !K.precisions.includes(trace.precision)) {
+    const written = text(data.text, `${where}.text`, K.limits.text, true);
+    if (!K.precisions.includes(trace.precision)) {
       fail(`${where}.precision`, `is ${short(trace.precision)}, not one of ${K.precisions.join(", ")}`);
     }
     const summary = obj(data.summary === undefined ? {} : data.summary, `${where}.summary`);
@@ -297,18 +305,19 @@
     const steps = list(data.steps, `${where}.steps`, K.limits.steps);
     if (!steps.length) fail(`${where}.steps`, "is empty: a recorded run has at least its prefill step");
     trace.steps = steps.map((step, position) => checkStep(step, `${where}.steps[${position}]`, position, count));
+    checkRun(trace, written, where);
     return trace;
   }
 
   function checkStep(data, where, position, count) {
     obj(data, where);
     keys(data, K.fields.step, ["index", "token_ids", "text", "accepted"], where);
-    list(data.confidence === undefined ? [] : data.confidence, `${where}.confidence`, 4096)
-      .forEach((value, i) => number(value, `${where}.confidence[${i}]`, -Infinity, 1e-3, true));
+    const confidence = list(data.confidence === undefined ? [] : data.confidence, `${where}.confidence`, K.limits.listItems)
+      .map((value, i) => number(value, `${where}.confidence[${i}]`, -Infinity, 1e-3, true));
     if (data.chain_end !== undefined && data.chain_end !== "" && !K.chainEnds.includes(data.chain_end)) {
       fail(`${where}.chain_end`, `is ${short(data.chain_end)}, not one of ${K.chainEnds.join(", ")}`);
     }
-    const tokens = list(data.token_ids, `${where}.token_ids`, 4096);
+    const tokens = list(data.token_ids, `${where}.token_ids`, K.limits.listItems);
     tokens.forEach((token, i) => int(token, `${where}.token_ids[${i}]`, 0, 2 ** 31));
     const step = {
       index: int(data.index, `${where}.index`, position, position),
@@ -318,27 +327,37 @@
       prefill: flag(data.prefill, `${where}.prefill`, false),
       bonus_id: data.bonus_id === undefined || data.bonus_id === null ? null : int(data.bonus_id, `${where}.bonus_id`, 0, 2 ** 31),
       bonus_text: text(data.bonus_text, `${where}.bonus_text`, 2000, true),
+      confidence,
     };
     for (const name of ["draft_ms", "verify_ms", "other_ms"]) {
       step[name] = data[name] === undefined ? 0 : number(data[name], `${where}.${name}`, 0, 1e9);
     }
     for (const name of ["draft_calls", "max_draft_calls"]) {
-      step[name] = data[name] === undefined ? 0 : int(data[name], `${where}.${name}`, 0, 4096);
+      step[name] = data[name] === undefined ? 0 : int(data[name], `${where}.${name}`, 0, K.limits.listItems);
     }
     step.verified = data.verified === undefined ? 0 : int(data.verified, `${where}.verified`, 0, K.limits.nodesPerStep);
-    step.checks = list(data.checks === undefined ? [] : data.checks, `${where}.checks`, 4096).map((check, i) => {
+    step.checks = list(data.checks === undefined ? [] : data.checks, `${where}.checks`, K.limits.listItems).map((check, i) => {
       const at = `${where}.checks[${i}]`;
       obj(check, at);
       keys(check, K.fields.check, K.fields.checkRequired, at);
-      return {call: int(check.call, `${at}.call`, 1, 4096), confidence: number(check.confidence, `${at}.confidence`, -Infinity, 1e-3, true),
+      const checked = {call: int(check.call, `${at}.call`, 1, K.limits.listItems),
+        confidence: number(check.confidence, `${at}.confidence`, -Infinity, 1e-3, true),
         stop: flag(check.stop, `${at}.stop`, undefined) ?? fail(`${at}.stop`, "must be true or false, not missing")};
+      // the cost rule's weighing: a count of verified tokens, and tokens or plain steps within one step's worth
+      for (const name of K.weighed) {
+        const value = check[name];
+        if (value === undefined || value === null) checked[name] = null;
+        else if (name === "verified") checked[name] = int(value, `${at}.${name}`, 1, K.limits.nodesPerStep);
+        else checked[name] = number(value, `${at}.${name}`, -K.limits.listItems, K.limits.listItems);
+      }
+      return checked;
     });
     const pool = list(data.pool === undefined ? [] : data.pool, `${where}.pool`, K.limits.nodesPerStep);
     count.nodes += pool.length;
     if (count.nodes > K.limits.nodes) fail(where, `brings the file past ${K.limits.nodes} draft nodes in all`);
     step.pool = checkPool(pool, `${where}.pool`);
     const byIndex = new Map(step.pool.map((n) => [n.index, n]));
-    const path = list(data.accepted_path === undefined ? [] : data.accepted_path, `${where}.accepted_path`, 4096);
+    const path = list(data.accepted_path === undefined ? [] : data.accepted_path, `${where}.accepted_path`, K.limits.listItems);
     if (!step.pool.length && path.length) fail(`${where}.accepted_path`, "lists nodes but the step has no draft pool");
     path.forEach((node, i) => {
       int(node, `${where}.accepted_path[${i}]`, 0, 2 ** 31);
@@ -362,7 +381,7 @@
       const node = {
         index: int(data.index, `${at}.index`, 0, 2 ** 31),
         parent: int(data.parent, `${at}.parent`, -1, 2 ** 31),
-        depth: int(data.depth, `${at}.depth`, 0, 4096),
+        depth: int(data.depth, `${at}.depth`, 0, K.limits.listItems),
         status: data.status,
         token_id: int(data.token_id, `${at}.token_id`, 0, 2 ** 31),
         text: text(data.text, `${at}.text`, 2000),
@@ -383,6 +402,154 @@
       depths.set(node.index, node.depth);
       return node;
     });
+  }
+
+  // A file whose every field is in range can still contradict itself (components/runcheck.py): a step emitting
+  // fifty copies of its tokens, a pool deeper than its draft calls, timings of zero. The views would show such
+  // numbers as facts or draw them for minutes, so they are checked against each other and against what the
+  // run's settings can produce, with the app's own limits.
+
+  const many = (n) => n.toLocaleString("en");
+  const brief = (x) => String(Number(x.toPrecision(6)));
+
+  function withDefaults(values, settings) {
+    return Object.fromEntries(settings.map((s) => [s.name, Object.hasOwn(values, s.name) ? values[s.name] : s.default]));
+  }
+
+  function shapeOf(trace) {
+    // the largest draft the run's settings make in one step (runcheck.Shape); plain decoding drafts none
+    const kind = K.shapes[trace.method];
+    if (!kind) return null;
+    const s = withDefaults(trace.settings, K.settings[trace.method]);
+    if (Array.isArray(s.tree)) {
+      return Object.assign({calls: Math.max(0, ...s.tree.map((path) => path.length)), width: null, nodes: s.tree.length,
+        verified: s.tree.length + 1}, kind);
+    }
+    return Object.assign({calls: s.draft_calls ?? s.max_draft_calls, width: s.beam_width, nodes: 0, verified: s.total_tokens}, kind);
+  }
+
+  function poolLimit(shape, calls) {
+    if (shape.width === null) return shape.nodes + 1;
+    return 1 + (calls ? shape.width + (calls - 1) * shape.width ** 2 : 0);
+  }
+
+  function checkRun(trace, written, where) {
+    if (trace.prompt_tokens < 1 || trace.prompt_tokens > K.limits.promptTokens) {
+      fail(`${where}.prompt_tokens`, `is ${trace.prompt_tokens}; a race here reads 1 to ${many(K.limits.promptTokens)} prompt tokens`);
+    }
+    const tokens = sum(trace.steps.map((s) => s.token_ids.length));
+    if (tokens > K.limits.tokens) fail(`${where}.steps`, `emit ${many(tokens)} tokens; a race here writes at most ${K.limits.tokens} (max new tokens)`);
+    const shape = shapeOf(trace);
+    trace.steps.forEach((step, position) => checkNumbers(step, shape, `${where}.steps[${position}]`));
+    if (written && written !== trace.steps.map((s) => s.text).join("")) fail(`${where}.text`, "differs from the text its steps emitted");
+  }
+
+  function checkNumbers(step, shape, where) {
+    if (!(stepMs(step) > 0)) fail(where, "took no time (draft_ms + verify_ms + other_ms is 0); a recorded step always takes some");
+    if (step.prefill !== (step.index === 0)) fail(`${where}.prefill`, "must be true for step 0, the prefill, and for no other step");
+    const emitted = step.token_ids.length;
+    if (step.prefill || !shape) {
+      const what = step.prefill ? "a prefill" : "a plain decoding step";
+      if (emitted !== 1) fail(`${where}.token_ids`, `holds ${emitted} tokens; ${what} emits one`);
+      const drafting = [step.draft_calls, step.max_draft_calls, step.verified, step.accepted, step.pool.length, step.checks.length,
+        step.confidence.length, step.accepted_path.length, step.bonus_id];
+      if (drafting.some(Boolean)) fail(where, `records drafting, but ${what} drafts nothing`);
+      return;
+    }
+    if (emitted !== step.accepted + 1) {
+      fail(`${where}.token_ids`, `holds ${emitted} tokens, but a step that accepted ${step.accepted} draft tokens emits ${step.accepted + 1} `
+        + "(those and the target's own)");
+    }
+    if (step.max_draft_calls > shape.calls) fail(`${where}.max_draft_calls`, `is ${step.max_draft_calls}, more than the run's settings allow (${shape.calls})`);
+    if (step.draft_calls > step.max_draft_calls) fail(`${where}.draft_calls`, `is ${step.draft_calls}, more than its max_draft_calls (${step.max_draft_calls})`);
+    if (step.accepted > step.draft_calls) fail(`${where}.accepted`, `is ${step.accepted}, more than the ${step.draft_calls} levels drafted`);
+    if (step.verified > shape.verified) fail(`${where}.verified`, `is ${step.verified}, more than the ${shape.verified} tokens its settings verify`);
+    if (step.confidence.length > step.draft_calls) fail(`${where}.confidence`, `lists ${step.confidence.length} values for ${step.draft_calls} draft calls`);
+    checkChecks(step, shape, where);
+    if (step.pool.length) checkPoolNumbers(step, shape, where);
+  }
+
+  function checkChecks(step, shape, where) {
+    const checks = step.checks;
+    if (checks.length && !shape.checks) {
+      const checking = Object.keys(K.shapes).filter((m) => K.shapes[m].checks).map(label).join(" and ");
+      fail(`${where}.checks`, `lists depth checks, but only ${checking} check their depth`);
+    }
+    if (checks.some((c, i) => (i && c.call <= checks[i - 1].call) || c.call > step.draft_calls)) {
+      fail(`${where}.checks`, `must be after distinct draft calls in order, each at most the ${step.draft_calls} made`);
+    }
+    if (checks.slice(0, -1).some((c) => c.stop)) fail(`${where}.checks`, "go on after a check that stopped the drafting");
+    const last = checks[checks.length - 1];
+    if (last && last.stop && last.call !== step.draft_calls) {
+      fail(`${where}.checks`, `stop the drafting after call ${last.call}, yet the step made ${step.draft_calls} draft calls`);
+    }
+    if (!shape.weighs) {
+      if (checks.some((c) => K.weighed.some((name) => c[name] !== null))) {
+        fail(`${where}.checks`, "record the cost rule's expected tokens and times, but this run weighs only its confidence");
+      }
+      return;
+    }
+    // The cost rule weighs after every draft call: E tokens expected of its best tree's verified ones, in T plain
+    // steps, at least the target's one forward.
+    if (checks.some((c, i) => c.call !== i + 1)) fail(`${where}.checks`, "must follow every draft call from the first: the cost rule weighs each");
+    checks.forEach((check, i) => {
+      const at = `${where}.checks[${i}]`;
+      const missing = K.weighed.filter((name) => check[name] === null);
+      if (missing.length) fail(at, `lacks ${missing.join(", ")}: the cost rule records what it weighed`);
+      if (check.verified < 1 || check.verified > shape.verified) {
+        fail(`${at}.verified`, `is ${check.verified}, outside the 1 to ${shape.verified} tokens its settings verify`);
+      }
+      if (!(check.expected >= 0 && check.expected <= check.verified - 1)) {
+        fail(`${at}.expected`, `is ${brief(check.expected)}, but ${check.verified - 1} verified draft tokens are expected to give 0 to as many`);
+      }
+      if (check.time < 1) fail(`${at}.time`, `is ${brief(check.time)}, less than the target's own forward (1 plain step)`);
+    });
+  }
+
+  function checkPoolNumbers(step, shape, where) {
+    const pool = step.pool;
+    const most = poolLimit(shape, step.draft_calls);
+    if (pool.length > most) fail(`${where}.pool`, `holds ${many(pool.length)} nodes; ${step.draft_calls} draft calls of its settings make at most ${many(most)}`);
+    if (pool.some((n) => n.depth > step.draft_calls)) fail(`${where}.pool`, `holds nodes deeper than the ${step.draft_calls} levels drafted`);
+    if (shape.width !== null && pool.some((n) => n.rank >= shape.width)) {
+      fail(`${where}.pool`, `ranks a node ${pool.reduce((a, n) => Math.max(a, n.rank), 0)}, beyond a beam of ${shape.width}`);
+    }
+    const verified = pool.filter((n) => n.status !== "pruned").length;
+    if (verified !== step.verified) fail(`${where}.verified`, `is ${step.verified} but the pool holds ${verified} verified nodes (the root included)`);
+    const path = step.accepted_path;
+    const onPath = new Set(path.slice(1));
+    const marked = pool.filter((n) => n.status === "accepted");
+    if (marked.length !== onPath.size || marked.some((n) => !onPath.has(n.index))) {
+      fail(`${where}.accepted_path`, "does not list the nodes the pool marks accepted");
+    }
+    const nodes = new Map(pool.map((n) => [n.index, n]));
+    if (path.slice(1, step.accepted + 1).some((i, at) => nodes.get(i).token_id !== step.token_ids[at])) {
+      fail(`${where}.token_ids`, "are not the tokens of the accepted path");
+    }
+    // The last token is the target's own (the bonus), or an accepted draft token that ended the answer.
+    const ends = new Set([step.bonus_id]);
+    if (path.length > step.accepted + 1) ends.add(nodes.get(path[step.accepted + 1]).token_id);
+    if (step.bonus_id !== null && !ends.has(step.token_ids[step.token_ids.length - 1])) {
+      fail(`${where}.token_ids`, "end with a token that is neither the bonus token nor drafted");
+    }
+  }
+
+  function checkTogether(traces) {
+    // the runs of one race answered one prompt on one model, in one precision and with one sampling
+    const [[firstName, first], ...others] = [...traces];
+    const sampling = (trace) => withDefaults(trace.sampling, K.sampling);
+    for (const [name, trace] of others) {
+      for (const field of K.shared) {
+        if (trace[field] !== first[field]) {
+          fail(`traces.${name}.${field}`, `differs from traces.${firstName}.${field}: the runs of one race share one prompt, model, device and precision`);
+        }
+      }
+      if (K.sampling.some((s) => sampling(trace)[s.name] !== sampling(first)[s.name])) {
+        fail(`traces.${name}.sampling`, `differs from traces.${firstName}.sampling: the runs of one race sample alike`);
+      }
+    }
+    const heads = new Set([...traces.values()].filter((t) => t.method !== "plain").map((t) => t.head));
+    if (heads.size > 1) fail("traces", `draft with different heads (${[...traces.keys()].map(label).join(", ")})`);
   }
 
   function parseJSON(source) {
@@ -460,6 +627,8 @@
   const quoted = (s) => `'${visible(s)}'`;
   const plural = (n, word) => `${n} ${n === 1 ? word : `${word}s`}`;
   const label = (method) => K.labels[method] || method;
+  const either = (names) => (names.length > 1 ? `${names.slice(0, -1).join(", ")} or ${names[names.length - 1]}` : names.join(""));
+  const drafting = either(K.treeMethods.map(label));
   const sum = (xs) => xs.reduce((a, b) => a + b, 0);
   const stepMs = (s) => s.draft_ms + s.verify_ms + s.other_ms;
   const score = (n) => (Number.isFinite(n.score) ? n.score : -Infinity);
@@ -730,21 +899,22 @@
 
   function depthFigure(race, current) {
     const decode = (m) => (race.traces.has(m) ? race.traces.get(m).steps.filter((s) => !s.prefill) : []);
-    if (!decode("eagle2").length && !decode("ddd").length) {
-      return messageFigure("Depth & confidence", "This file has no EAGLE-2 or DDD run to show depth and confidence for.", 600);
+    if (!K.treeMethods.some((m) => decode(m).length)) {
+      return messageFigure("Depth & confidence", `This file has no ${drafting} run to show depth and confidence for.`, 600);
     }
     const data = [];
     const shapes = [];
     const notes = [];
-    for (const method of ["eagle2", "ddd"]) {
+    for (const method of K.treeMethods) {
       const steps = decode(method);
       if (!steps.length) continue;
       const color = K.methodColors[method];
-      data.push({type: "scatter", x: steps.map((s) => s.index), y: steps.map((s) => s.draft_calls), name: `${label(method)} depth`,
-        mode: method === "ddd" ? "lines+markers" : "lines", legendgroup: method, marker: {size: 6},
-        line: {color, shape: method === "eagle2" ? "hv" : "linear", width: method === "ddd" ? 2 : 3},
+      const fixed = method === "eagle2";
+      data.push({type: "scatter", meta: `${method}-depth`, x: steps.map((s) => s.index), y: steps.map((s) => s.draft_calls),
+        name: `${label(method)} depth`, mode: fixed ? "lines" : "lines+markers", legendgroup: method, marker: {size: 6},
+        line: {color, shape: fixed ? "hv" : "linear", width: fixed ? 3 : 2},
         hovertemplate: `${label(method)} step %{x}: %{y} draft calls<extra></extra>`});
-      data.push({type: "bar", x: steps.map((s) => s.index), y: steps.map((s) => s.accepted), name: `${label(method)} accepted`,
+      data.push({type: "bar", meta: `${method}-accepted`, x: steps.map((s) => s.index), y: steps.map((s) => s.accepted), name: `${label(method)} accepted`,
         marker: {color}, opacity: 0.75, legendgroup: method, xaxis: "x3", yaxis: "y3",
         hovertemplate: `${label(method)} step %{x}: %{y} draft tokens accepted<extra></extra>`});
     }
@@ -787,7 +957,7 @@
 
   function narrationNode(race, at) {
     const box = document.createDocumentFragment();
-    for (const method of ["eagle2", "ddd"]) {
+    for (const method of K.treeMethods) {
       if (!race.traces.has(method)) continue;
       const trace = race.traces.get(method);
       const step = trace.steps[Math.min(at, trace.steps.length - 1)];
@@ -812,13 +982,22 @@
           words += ` DDD checked its confidence after ${step.checks.map((c) => `call ${c.call}: H = ${c.confidence.toFixed(2)}${c.stop ? " (stop)" : ""}`).join(", ")}`
             + `${typeof threshold === "number" ? ` against the threshold ${threshold}` : ""}; it drafted ${step.draft_calls} of at most ${step.max_draft_calls} levels.`;
         }
+        if (method === K.costMethod && step.checks.length) {
+          const c = step.checks[step.checks.length - 1];
+          const n = (x) => x.toFixed(2);
+          words += ` The cost rule weighed its tree after every draft call; at its last weighing (call ${c.call}) the best tree, `
+            + `${plural(c.verified, "verified token")}, expected E = ${n(c.expected)} accepted tokens in T = ${n(c.time)} plain steps, `
+            + `(E + 1) / T = ${n((c.expected + 1) / c.time)} per plain step, and one more level dE = ${n(c.gain)} tokens for `
+            + `dT = ${n(c.time_gain)} steps, so ${c.stop ? "it stopped there" : "only its limit stopped it"}; it drafted ${step.draft_calls} of at most `
+            + `${step.max_draft_calls} levels.`;
+        }
         const tokens = step.token_ids.length;
         words += ` Time: ${ms(stepMs(step))} for ${plural(tokens, "token")}.`;
         p.append(el("b", "", `Step ${step.index} — ${label(method)}.`), words);
       }
       box.append(p);
     }
-    if (!box.childNodes.length) box.append(el("p", "", "This file has no EAGLE-2 or DDD run to narrate."));
+    if (!box.childNodes.length) box.append(el("p", "", `This file has no ${drafting} run to narrate.`));
     return box;
   }
 
@@ -827,6 +1006,8 @@
       this.race = race;
       this.name = name;
       this.rounds = Math.max(...[...race.traces.values()].map((t) => t.steps.length));
+      this.columns = race.traces.has(K.costMethod) ? K.columns : K.methods;
+      this.trees = K.treeMethods.filter((m) => this.columns.includes(m));
     }
     html(key, at) {
       const [kind, method] = key.split("_");
@@ -842,12 +1023,12 @@
     info() {
       const box = document.createDocumentFragment();
       const traces = this.race.traces;
-      const first = traces.get("ddd") || traces.get("eagle2") || traces.values().next().value;
+      const first = K.treeMethods.map((m) => traces.get(m)).find(Boolean) || traces.values().next().value;
       const sampling = first.sampling;
       box.append(el("b", "", `Loaded file ${this.name}`), ` · ${this.race.title ? `${this.race.title} · ` : ""}Prompt: “${first.prompt.slice(0, 300)}”`,
-        el("br"), `Model ${sourceName(first.model)} (${first.precision || "float32"}, ${first.device || "cpu"}), head: ${sourceName(first.head)}, `
+        el("br"), `Model ${sourceName(first.model)} (${first.precision}, ${first.device}), head: ${sourceName(first.head)}, `
           + `${sampling.temperature ? `sampling (temperature ${sampling.temperature}, top-p ${sampling.top_p}, seed ${sampling.seed})` : "greedy"}.`);
-      for (const method of ["eagle2", "ddd"]) {
+      for (const method of K.treeMethods) {
         const trace = this.race.traces.get(method);
         if (trace) box.append(el("br"), `${label(method)}: ${Object.entries(trace.settings).map(([k, v]) => `${k} ${v}`).join(", ")}.`);
       }
