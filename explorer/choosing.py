@@ -47,6 +47,7 @@ class MenuItems:
     labels: list[str]
     chosen: str
     shown: bool
+    typed: bool  # whether typed hub ids may load (not where every model loaded at start-up)
 
 
 def menu_items(models: Models) -> MenuItems:
@@ -54,8 +55,8 @@ def menu_items(models: Models) -> MenuItems:
     is more than one; elsewhere this device's pairs and typed ids."""
     if models.pinned:
         labels = [p.label for p in available(models)]
-        return MenuItems(labels, current_label(models), len(labels) > 1)
-    return MenuItems(menu_labels(models.device()), current_label(models), True)
+        return MenuItems(labels, current_label(models), len(labels) > 1, False)
+    return MenuItems(menu_labels(models.device()), current_label(models), True, True)
 
 
 class ModelMenu:

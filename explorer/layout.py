@@ -59,7 +59,7 @@ class Ui(dict):
 
 
 def layout(examples: list[str], precisions: list[str], precision: str, preset: str, model_info: str,
-           menu: list[str], chosen: str, menu_on: bool, new_session, close_session) -> Ui:
+           menu: list[str], chosen: str, menu_on: bool, typed: bool, new_session, close_session) -> Ui:
     """Place every component (inside an open gr.Blocks)."""
     ui = Ui()
     ui["session"] = gr.State(new_session, delete_callback=close_session)
@@ -83,7 +83,7 @@ def layout(examples: list[str], precisions: list[str], precision: str, preset: s
                 ui["download"] = gr.DownloadButton("Save this run", size="sm", interactive=False)
             ui["info"] = gr.HTML(elem_classes="race-info")
     with gr.Accordion("Settings", open=False):
-        _settings(ui, precisions, precision, preset, model_info, menu, chosen, menu_on)
+        _settings(ui, precisions, precision, preset, model_info, menu, chosen, menu_on, typed)
     ui["message"] = gr.HTML(visible=False, elem_id="message")
     ui["headline"] = gr.HTML(headline_html({}), elem_id="headline")
     with gr.Row(equal_height=False):
@@ -105,13 +105,14 @@ def layout(examples: list[str], precisions: list[str], precision: str, preset: s
 
 
 def _settings(ui: Ui, precisions: list[str], precision: str, preset_name: str, model_info: str,
-              menu: list[str], chosen: str, menu_on: bool) -> None:
+              menu: list[str], chosen: str, menu_on: bool, typed: bool) -> None:
     ui["model_info"] = gr.Markdown(model_info, elem_id="model-info")
     with gr.Row(visible=menu_on):
         ui["model_menu"] = gr.Dropdown(menu, value=chosen, label="model and draft head (for your races only)", scale=3,
                                        elem_id="model-menu")
-        ui["model_id"] = gr.Textbox(label="model's hub id", max_lines=1, scale=2, elem_id="model-id")
-        ui["head_id"] = gr.Textbox(label="draft head's hub id (or 'random')", max_lines=1, scale=2, elem_id="head-id")
+        ui["model_id"] = gr.Textbox(label="model's hub id", max_lines=1, scale=2, elem_id="model-id", visible=typed)
+        ui["head_id"] = gr.Textbox(label="draft head's hub id (or 'random')", max_lines=1, scale=2, elem_id="head-id",
+                                   visible=typed)
         ui["choose"] = gr.Button("Use this model", size="sm", scale=1, elem_id="choose")
     with gr.Row():
         for setting in RUN_SETTINGS:

@@ -87,7 +87,7 @@ def build_page(models: Models, shelf: ExampleShelf, sessions: Sessions | None = 
         items = menu_items(models)
         ui = layout(list(shelf.files()), models.precisions(), models.default_precision(),
                     default_preset(models.device()), models.describe(), items.labels, items.chosen, items.shown,
-                    Session, sessions.close)
+                    items.typed, Session, sessions.close)
         place_whatif(ui)  # under the race, the page's last part
         viewer = Viewer(ui, sessions, shelf)
         runner = Runner(ui, models, sessions, viewer, device_race(models), device_measure(models))

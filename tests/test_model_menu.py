@@ -43,7 +43,7 @@ def test_a_cpu_is_offered_the_default_and_a_gpu_the_papers_pairs_too():
 
 
 def test_off_zero_gpu_the_menu_shows_this_devices_pairs_and_typed_ids(page):
-    assert menu_items(page.runner.models) == MenuItems(menu_labels("cpu"), OTHER, True)  # "tiny" is typed
+    assert menu_items(page.runner.models) == MenuItems(menu_labels("cpu"), OTHER, True, True)  # "tiny" is typed
 
 
 def test_the_typed_choice_is_kept_for_this_visitor_only(page):

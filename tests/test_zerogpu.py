@@ -180,6 +180,7 @@ def test_the_zero_gpu_menu_offers_exactly_the_pinned_pairs(pinned_page):
     page, pairs = pinned_page
     items = menu_items(page.runner.models)
     assert items.labels == [pairs[0].label, pairs[1].label] and items.chosen == pairs[0].label and items.shown
+    assert not items.typed and not page.ui["model_id"].visible and not page.ui["head_id"].visible  # nothing loads later
 
 
 def test_a_visitor_races_the_pinned_pair_they_chose_and_nobody_else_does(pinned_page, monkeypatch):
