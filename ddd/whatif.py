@@ -13,7 +13,8 @@ level at a node the next call would expand).
 
 Step times are predicted from the step's own measured parts: its draft time per call times the calls, its
 verify time scaled to the verified count by the cost rule's model of a forward (StepCosts.time without draft
-calls: 1 plain step, plus verify_base + (n - 1) x verify_cost for n > 1 tokens), and its other time as it was. ddd/bench/budget.py sizes budgets from the same pools.
+calls: 1 plain step, plus verify_base + (n - 1) x verify_cost for n > 1 tokens), and its other time as it was.
+ddd/bench/budget.py sizes budgets from the same pools.
 """
 from __future__ import annotations
 
@@ -182,7 +183,8 @@ def _run(trace: RunTrace, max_calls: int | None) -> _Run:
 def own_costs(trace: RunTrace | None) -> StepCosts:
     """The run's own step costs: a cost-rule run's settings, else the declared defaults (a 2-core CPU's)."""
     settings = trace.settings if trace is not None and trace.method == "cost" else {}
-    return StepCosts.of(parse_settings("cost", {s.name: settings[s.name] for s in COST_SETTINGS if s.name in settings}))
+    declared = {s.name: settings[s.name] for s in COST_SETTINGS if s.name in settings}
+    return StepCosts.of(parse_settings("cost", declared))
 
 
 def _context_cap(step: Step) -> int | None:
