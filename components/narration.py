@@ -4,6 +4,7 @@ from __future__ import annotations
 import math
 
 from ddd.trace import RunTrace, Step
+from ddd.tree import pool_size
 
 from .race import METHOD_LABELS, TREE_METHODS, Race
 from .tokens import quoted
@@ -26,7 +27,7 @@ def candidates_drafted(step: Step, trace: RunTrace | None) -> int:
     / DDD); falls back to the recorded pool when the settings do not say."""
     width = trace.settings.get("beam_width") if trace is not None else None
     if width and trace is not None and trace.method in TREE_METHODS and step.draft_calls:
-        return int(width + (step.draft_calls - 1) * width * width)
+        return pool_size(int(width), step.draft_calls) - 1
     return max(len(step.pool) - 1, 0)
 
 

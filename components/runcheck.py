@@ -15,6 +15,7 @@ from dataclasses import dataclass
 from ddd.metrics import summarize
 from ddd.settings import MAX_NEW_TOKENS, Sampling, parse_settings
 from ddd.trace import RunTrace, Step
+from ddd.tree import pool_size
 
 from .inputs import PROMPT_LIMITS
 from .race import METHOD_LABELS, RaceFileError
@@ -54,7 +55,7 @@ class Shape:
         """The most nodes `calls` draft calls put in the pool, the root included."""
         if self.width is None:
             return self.nodes + 1
-        return 1 + (self.width + (calls - 1) * self.width ** 2 if calls else 0)
+        return pool_size(self.width, calls)
 
 
 def check_run(trace: RunTrace, where: str, fail: Fail) -> RunTrace:

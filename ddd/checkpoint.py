@@ -24,8 +24,8 @@ HEAD_FILES = ("model.safetensors", "pytorch_model.bin")
 # target's own; a head of another width has embeddings of its own width, a weight like any other).
 _NOT_WEIGHTS = ("embed_tokens.weight", "d2t", "t2d")
 _EMBEDDINGS = "embed_tokens.weight"
-_SHOWN = 6
-CALIBRATION_KEY = "acceptance_calibration"  # keys listed in a message before it says how many more there are
+_SHOWN = 6  # keys listed in a message before it says how many more there are
+CALIBRATION_KEY = "acceptance_calibration"  # the head's measured acceptance rates (ddd/costs.py), in config.json
 
 
 def save_head(head: DraftHead, directory: str | Path, extra: dict | None = None) -> Path:

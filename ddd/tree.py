@@ -50,6 +50,12 @@ class Pool:
         }
 
 
+def pool_size(beam_width: int, calls: int) -> int:
+    """The nodes `calls` draft calls of a dynamic tree put in its pool: the root, the root call's K (`beam_width`)
+    children, then K x K candidates per later call."""
+    return 1 + (beam_width + (calls - 1) * beam_width**2 if calls else 0)
+
+
 def rerank(scores: torch.Tensor, depths: torch.Tensor, budget: int) -> torch.Tensor:
     """Pool indices of the root plus the `budget - 1` best candidates by cumulative score, in pool order.
 

@@ -28,7 +28,7 @@ from .costs import IDENTITY, Calibration, StepCosts
 from .drafting import CostDepth
 from .settings import COST_SETTINGS, MAX_DRAFT_CALLS, parse_settings
 from .trace import DraftNode, RunTrace, Step
-from .tree import Pool, rerank
+from .tree import Pool, pool_size, rerank
 
 # The methods whose pools hold whole levels: every call expands the beam's best nodes into all their children.
 DYNAMIC_METHODS = ("ddd", "cost", "eagle2")
@@ -127,11 +127,6 @@ def kept_nodes(step: Step, calls: int, total_tokens: int) -> set[int]:
     return {nodes[i].index for i in keep.tolist()}
 
 
-def drafted_nodes(beam_width: int, calls: int) -> int:
-    """Nodes a dynamic tree drafts in `calls` calls: the root call's K, then K x K per call."""
-    return beam_width + (calls - 1) * beam_width**2
-
-
 # -- replaying a run ---------------------------------------------------------------------------------------
 
 @dataclass(frozen=True)
@@ -176,7 +171,7 @@ def _run(trace: RunTrace, max_calls: int | None) -> _Run:
     for step in steps:
         targets.append(emitted[start: start + reach])
         start += len(step.token_ids)
-    complete = all(len(s.pool) == 1 + drafted_nodes(beam_width, s.draft_calls) for s in steps if s.draft_calls)
+    complete = all(len(s.pool) == pool_size(beam_width, s.draft_calls) for s in steps if s.draft_calls)
     return _Run(trace, steps, targets, beam_width, total_tokens, max_calls, complete)
 
 
@@ -253,7 +248,7 @@ def ddd_whatif(trace: RunTrace, threshold: Any, check_steps: Any, *, max_draft_c
         calls = ddd_depth(step.confidence, settings.threshold, run.max_calls, checks)
         calls = min(calls, _context_cap(step) or calls)
         bound = calls > step.draft_calls
-        verified = min(run.total_tokens, 1 + drafted_nodes(run.beam_width, calls))
+        verified = min(run.total_tokens, pool_size(run.beam_width, calls))
         accepted = (_most_accepted(run, step, target, run.max_calls) if bound else
                     accepted_within(step, kept_nodes(step, calls, run.total_tokens), target))
         out.append(_predict(step, calls, verified, accepted, bound, costs))

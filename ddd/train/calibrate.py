@@ -46,6 +46,9 @@ def measure(target, head, prompts: list[str], new_tokens: int) -> list[tuple[flo
 
 
 def cmd_calibrate(args) -> int:
+    config_path = Path(args.head) / "config.json"
+    if not config_path.is_file():  # before the decoding: the measurement has nowhere to go
+        raise TrainError(f"{config_path} does not exist: --head names the head directory to write into.")
     rows = read_prompts(args.prompts)[args.skip: args.skip + args.count]
     target = load_target(args.model, dtype=args.dtype)
     head, note = resolve_head(args.head, target)
@@ -60,9 +63,6 @@ def cmd_calibrate(args) -> int:
     print(f"{len(samples):,} samples, {hits:,} accepted; draft probability -> acceptance rate:")
     for p, rate in calibration.points:
         print(f"  {p:.3f} -> {rate:.3f}")
-    config_path = Path(args.head) / "config.json"
-    if not config_path.is_file():
-        raise TrainError(f"{config_path} does not exist: --head names the head directory to write into.")
     config = json.loads(config_path.read_text())
     config[CALIBRATION_KEY] = calibration.to_json()
     config_path.write_text(json.dumps(config, indent=2))
