@@ -2,6 +2,7 @@
 from __future__ import annotations
 
 from ddd.metrics import summarize
+from ddd.numbers import readable
 from ddd.trace import RunTrace, Step
 
 from .race import METHOD_LABELS
@@ -69,7 +70,7 @@ def counters_html(method: str, steps: list[Step], status: str = "") -> str:
     rate = s["decode_tokens_per_s"]
     items = [
         ("tokens", f"{s['new_tokens']}"),
-        ("decode tokens/s", f"{rate:.3g}" if rate else "–"),
+        ("decode tokens/s", readable(rate) if rate else "–"),
         ("prefill", f"{s['prefill_ms']:.0f} ms"),
         ("target forwards", f"{s['target_forwards']}"),
         ("tau", f"{s['tau']:.2f}" if method != "plain" else "1.00"),

@@ -5,6 +5,7 @@ from typing import Any
 
 import plotly.graph_objects as go
 
+from ddd.numbers import readable
 from ddd.trace import RunTrace
 
 from .plotting import figure, message_figure
@@ -176,7 +177,7 @@ def summary_rows(race: Race | None) -> list[list[Any]]:
         speculative = method != "plain"
         rows.append([
             METHOD_LABELS[method], s.get("new_tokens", 0), round(s.get("total_ms", 0.0) / 1000, 2),
-            f"{rate:.3g}" if rate else "–",
+            readable(rate) if rate else "–",
             speed, round(s.get("tau", 0.0), 2), s.get("target_forwards", 0),
             round(s.get("mean_draft_depth", 0.0), 2) if speculative else "–",
             f"{s.get('acceptance_rate', 0.0):.0%}" if speculative else "–", round(s.get("prefill_ms", 0.0)),

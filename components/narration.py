@@ -3,6 +3,7 @@ from __future__ import annotations
 
 import math
 
+from ddd.numbers import readable
 from ddd.trace import RunTrace, Step
 from ddd.tree import pool_size
 
@@ -187,7 +188,7 @@ def _depth(step: Step, trace: RunTrace, race: Race | None, whole: bool) -> str:
 def _share(log_p: float) -> str:
     """exp(log_p) as a percentage that stays readable when it is tiny."""
     p = math.exp(log_p)
-    return f"{p:.0%}" if p >= 0.01 else f"{p * 100:.1g}%"
+    return f"{p:.0%}" if p >= 0.01 else f"{readable(p * 100, 1)}%"
 
 
 def _threshold(trace: RunTrace) -> str:
@@ -197,7 +198,7 @@ def _threshold(trace: RunTrace) -> str:
 
 def _num(value: float) -> str:
     """A token count or a time in plain steps: two decimals, or two significant digits where those show 0.00."""
-    return f"{value:.2f}" if abs(value) >= 0.1 or value == 0 else f"{value:.2g}"
+    return f"{value:.2f}" if abs(value) >= 0.1 or value == 0 else readable(value, 2)
 
 
 def _cost_depth(step: Step, whole: bool) -> str:

@@ -7,6 +7,7 @@ from typing import Any
 import networkx as nx
 import plotly.graph_objects as go
 
+from ddd.numbers import readable
 from ddd.settings import BEAM_WIDTH
 from ddd.trace import RunTrace, Step
 
@@ -150,7 +151,7 @@ def _hover(data: dict[str, Any]) -> str:
     if data["status"] == "root":
         return f"<b>{token}</b><br>token id {data['token_id']}<br>root: the target's last token, not yet verified"
     return (f"<b>{token}</b><br>token id {data['token_id']}<br>draft probability {math.exp(data['logprob']):.3f}"
-            f" (log {data['logprob']:.2f})<br>cumulative score {data['score']:.2f} (p = {math.exp(data['score']):.3g})"
+            f" (log {data['logprob']:.2f})<br>cumulative score {data['score']:.2f} (p = {readable(math.exp(data['score']))})"
             f"<br>rank {data['rank']} among its siblings<br>{STATUS_NAMES[data['status']]}"
             + ("<br>expanded by a draft call" if data["in_beam"] else ""))
 

@@ -7,6 +7,7 @@ from typing import Any
 
 import plotly.graph_objects as go
 
+from ddd.numbers import readable
 from ddd.trace import RunTrace
 from ddd.whatif import WhatIf
 
@@ -31,7 +32,7 @@ def rule_text(result: WhatIf) -> str:
 
 
 def _rate(value: float | None) -> str:
-    return "–" if value is None else f"{value:.3g}"
+    return "–" if value is None else readable(value)
 
 
 def whatif_summary(trace: RunTrace, results: Sequence[WhatIf]) -> str:

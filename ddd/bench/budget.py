@@ -31,6 +31,7 @@ from ddd.cli import model_arguments
 from ddd.costs import StepCosts
 from ddd.engine import encode_prompt, generate
 from ddd.head import DraftHead, HeadLoadError
+from ddd.numbers import readable
 from ddd.models import ModelLoadError, Target, load_target
 from ddd.settings import (BEAM_WIDTH, COST_SETTINGS, DRAFT_CALLS, TOTAL_TOKENS, DDDSettings, Eagle2Settings,
                           SettingsError, add_argument, argument_type)
@@ -283,7 +284,7 @@ def _report(args) -> int:
     for method in ("eagle2", "ddd"):
         print(f"  {method}: " + " ".join(f"--set {k}={v}" for k, v in report.best(method).settings.items()))
     costs = c.step_costs(report.best("eagle2").settings["total_tokens"])
-    print("  cost: " + " ".join(f"--set {s.name}={getattr(costs, s.name):.3g}" for s in COST_SETTINGS))
+    print("  cost: " + " ".join(f"--set {s.name}={readable(getattr(costs, s.name))}" for s in COST_SETTINGS))
     return 0
 
 
