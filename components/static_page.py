@@ -18,8 +18,6 @@ from dataclasses import MISSING, fields
 from pathlib import Path
 from typing import Any
 
-import plotly.graph_objects as go
-from markdown_it import MarkdownIt
 from plotly.offline import get_plotlyjs
 
 from ddd.settings import METHOD_DECLARATIONS, PRECISIONS, SAMPLING_SETTINGS, Setting
@@ -28,6 +26,7 @@ from ddd.trace import CHAIN_ENDS, SCHEMA_VERSION, STATUSES, RunTrace
 from .about import about_markdown
 from .answer import LEGEND, answer_html, counters_html
 from .charts import METHOD_COLORS, SUMMARY_HEADERS, summary_rows, timeline_figure
+from .embed import figure_json, markdown_html, script_json
 from .race import (COLUMN_METHODS, COST_METHOD, DROPPED_SHOWN, METHOD_LABELS, RACE_FORMAT, RACE_METHODS, RACE_VERSION,
                    TREE_METHODS, Race)
 from .runcheck import MAX_PROMPT_TOKENS, MAX_TOKENS, SHARED, WEIGHED, Shape
@@ -66,16 +65,6 @@ class _Pool:
             self._at[value] = len(self.values)
             self.values.append(value)
         return self._at[value]
-
-
-def markdown_html(text: str) -> str:
-    """Markdown as the app's gr.Markdown shows it; raw HTML stays text (the views escape what they quote)."""
-    return MarkdownIt("commonmark", {"html": False}).enable("table").render(text)
-
-
-def figure_json(fig: go.Figure) -> str:
-    """The figure as Gradio sends it to the browser (gr.Plot: `fig.to_json()`), compact."""
-    return json.dumps(json.loads(fig.to_json()), separators=(",", ":"), allow_nan=False)
 
 
 def rounds(race: Race) -> int:
@@ -171,13 +160,6 @@ def constants() -> dict[str, Any]:
                    "listItems": LIMITS.list_items, "treeLevels": MAX_LEVELS, "treeNodes": MAX_NODES,
                    "tokens": MAX_TOKENS, "promptTokens": MAX_PROMPT_TOKENS},
     }
-
-
-def script_json(value: Any) -> str:
-    """JSON to sit inside a <script> element: '<', '>' and '&' as \\u escapes, so nothing in it can close the
-    element."""
-    text = json.dumps(value, ensure_ascii=False, separators=(",", ":"), allow_nan=False)
-    return text.replace("<", "\\u003c").replace(">", "\\u003e").replace("&", "\\u0026")
 
 
 def page_html(races: list[tuple[str, Race]]) -> str:

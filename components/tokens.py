@@ -31,8 +31,12 @@ def quoted(text: str) -> str:
     """A token as it appears in narration: visible whitespace inside quotes, HTML-escaped and Markdown-escaped,
     since the narration is Markdown and a token (from a loaded file, say) may read "<img onerror=...>" or
     "[x](javascript:...)" or just "**"."""
-    literal = "".join("\\" + ch if ch in _MARKDOWN else ch for ch in escape(visible(text)))
-    return f"'{literal}'"
+    return f"'{markdown_literal(visible(text))}'"
+
+
+def markdown_literal(text: str) -> str:
+    """`text` HTML-escaped and Markdown-escaped, so that Markdown shows it as it is."""
+    return "".join("\\" + ch if ch in _MARKDOWN else ch for ch in escape(text))
 
 
 def escape(text: str) -> str:

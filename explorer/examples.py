@@ -7,6 +7,8 @@ from pathlib import Path
 from typing import Any
 
 from components import Race, RaceFileError, load_race
+from components.lesson import LESSON_METHODS
+from components.race import RACE_METHODS
 from components.verdict import verdict
 from ddd.settings import Sampling
 
@@ -27,18 +29,20 @@ CACHED_FILES = 32
 
 @dataclass
 class ExampleRun:
-    """A recorded example: its file name, title, prompt, and changes to the CPU preset's tree settings (by the
-    settings' declared names)."""
+    """A recorded example: its file name, title, prompt, changes to the CPU preset's tree settings (by the
+    settings' declared names) and the methods raced."""
 
     stem: str
     title: str
     prompt: str
     changes: dict[str, Any] = field(default_factory=dict)
+    methods: tuple[str, ...] = RACE_METHODS
 
 
 EXAMPLE_RUNS = [
     ExampleRun("code", "Code: a palindrome check", EXAMPLE_PROMPTS[0]),
-    ExampleRun("maths", "Maths: step by step", EXAMPLE_PROMPTS[1]),
+    # The lesson's race (components/lesson.py): the static tree and the cost rule raced beside the three columns.
+    ExampleRun("maths", "Maths: step by step, five decoders", EXAMPLE_PROMPTS[1], methods=LESSON_METHODS),
     # At the preset's threshold DDD mostly stops short of EAGLE-2's depth; at -2 it shows the other side of
     # its choice, drafting deeper than EAGLE-2 where the counting is predictable.
     ExampleRun("counting", "Counting: DDD drafts deeper than EAGLE-2", EXAMPLE_PROMPTS[2],
@@ -78,9 +82,9 @@ class ExampleShelf:
 
 
 def record_race(models: Models, prompt: str, title: str, max_new_tokens: int = 96,
-                changes: dict[str, Any] | None = None) -> Race:
+                changes: dict[str, Any] | None = None, methods: tuple[str, ...] = RACE_METHODS) -> Race:
     """Race `prompt` as the app does at the CPU preset (with `changes`), without the page."""
-    request = RaceRequest(prompt, race_entries({**PRESETS[CPU_PRESET], **(changes or {})}), max_new_tokens,
+    request = RaceRequest(prompt, race_entries({**PRESETS[CPU_PRESET], **(changes or {})}, methods), max_new_tokens,
                           Sampling(), models.default_precision())
     live = collect(race_events(models, request))
     return Race(traces=live.finished(), title=title, note=live.note)
@@ -97,7 +101,7 @@ def record_examples(models: Models, directory: Path, max_new_tokens: int = 64) -
     """Record every example into `directory`, printing each one's verdict and depth contrast."""
     paths = []
     for example in EXAMPLE_RUNS:
-        race = record_race(models, example.prompt, example.title, max_new_tokens, example.changes)
+        race = record_race(models, example.prompt, example.title, max_new_tokens, example.changes, example.methods)
         path = race.save(Path(directory) / f"{example.stem}.json", compact=True)
         fewer, more = depth_contrast(race)
         print(f"{path.name}: {verdict(race.traces).headline} DDD shallower than EAGLE-2 in {fewer} steps, deeper "

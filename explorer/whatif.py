@@ -10,7 +10,7 @@ import gradio as gr
 from components import Race
 from components.inputs import InputError, checked, input_error
 from components.race import METHOD_LABELS
-from components.whatif import TITLE, whatif_figure, whatif_summary
+from components.whatif import GPU_COSTS, TITLE, whatif_figure, whatif_summary
 from components.widgets import CheckedSlider
 from ddd.costs import StepCosts
 from ddd.settings import CHECK_STEPS, COST_SETTINGS, MAX_DRAFT_CALLS, THRESHOLD, VERIFY_COST, Setting, SettingsError
@@ -20,9 +20,6 @@ from ddd.whatif import DYNAMIC_METHODS, cost_whatif, ddd_whatif, own_costs, repl
 from .layout import Ui
 from .viewing import message
 
-# Assumed, not measured here: on a GPU a 7B target verifies tens of tokens for about the price of one, and a draft
-# call costs a few percent of its forward.
-GPU_COSTS = StepCosts(draft_cost=0.05, verify_base=0.0, verify_cost=0.002)
 THRESHOLD_STEP = 0.05
 # Fine enough to hold the GPU's verify cost, which the declared step (0.005) would round away.
 VERIFY_STEP = 0.001

@@ -259,7 +259,7 @@ def test_the_recorder_writes_every_example_with_the_app_race_loop(llama, llama_h
     assert [p.stem for p in paths] == [e.stem for e in EXAMPLE_RUNS]
     for path, example in zip(paths, EXAMPLE_RUNS):
         race = load_race(path)
-        assert race.title == example.title and race.methods == ["plain", "eagle2", "ddd"]
+        assert race.title == example.title and sorted(race.methods) == sorted(example.methods)
         assert len({t.text for t in race.traces.values()}) == 1  # greedy: every column writes plain's text
     assert race.traces["ddd"].settings["threshold"] == -0.3 and "DDD shallower than EAGLE-2" in capsys.readouterr().out
     counting = load_race(tmp_path / "counting.json")

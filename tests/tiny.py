@@ -212,12 +212,13 @@ def record_tiny_race(target: Target, head, prompt: str = "one two three"):
 
 def render_everything(race) -> int:
     """Draw every view of every step of `race`, checking each shows something; the number of steps drawn."""
+    from components.race import COLUMN_METHODS
     from components.views import race_views, step_view
 
     views = race_views(race)
     assert views["timeline"].data and len(views["summary"]) == len(race.methods)
-    for method in race.methods:
-        assert views["columns"][list(("plain", "eagle2", "ddd")).index(method)].count('class="step') >= 1
+    for method in race.columns():
+        assert views["columns"][COLUMN_METHODS.index(method)].count('class="step') >= 1
     steps = views["steps"]
     for index in range(steps):
         view = step_view(race, index)
