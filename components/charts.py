@@ -11,7 +11,7 @@ from ddd.trace import RunTrace
 from .plotting import figure, message_figure
 from .race import METHOD_LABELS, TREE_METHODS, Race
 from .tokens import plot_text, visible
-from .verdict import decode_tokens_per_s, verdict
+from .verdict import decode_tokens_per_s, shares_lead, verdict
 
 METHOD_COLORS = {"plain": "#64748b", "eagle": "#0ea5e9", "eagle2": "#2563eb", "ddd": "#9333ea", "cost": "#0d9488"}
 PHASE_COLORS = {"draft": "#60a5fa", "verify": "#f472b6", "other": "#cbd5e1"}
@@ -173,7 +173,8 @@ def summary_rows(race: Race | None) -> list[list[Any]]:
         rate = decode_tokens_per_s(race.traces[method].steps)
         standing = standings.get(method)
         speed = "–" if standing is None else f"{standing.speedup:.2f}×" + (
-            " (tie)" if standing.tie and method != result.reference else "")
+            " (too close to call)" if standing.tie and method != result.reference else "") + (
+            " (shares the lead)" if shares_lead(result, method) else "")
         speculative = method != "plain"
         rows.append([
             METHOD_LABELS[method], s.get("new_tokens", 0), round(s.get("total_ms", 0.0) / 1000, 2),

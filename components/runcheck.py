@@ -9,12 +9,14 @@ declarations' ui ranges); what the views can recompute (the summary, the answer'
 """
 from __future__ import annotations
 
+import statistics
 from collections.abc import Callable
 from dataclasses import dataclass
 
+from ddd.costs import StepCosts
 from ddd.metrics import summarize
 from ddd.settings import MAX_NEW_TOKENS, Sampling, parse_settings
-from ddd.trace import RunTrace, Step
+from ddd.trace import DepthCheck, RunTrace, Step
 from ddd.tree import pool_size
 
 from .inputs import PROMPT_LIMITS
@@ -26,6 +28,15 @@ MAX_TOKENS = int(MAX_NEW_TOKENS.bounds(ui=True)[1])
 MAX_PROMPT_TOKENS = max(limit.prompt_tokens for limit in PROMPT_LIMITS.values())
 SHARED = ("prompt", "prompt_tokens", "precision", "model", "device")  # one of each per race
 WEIGHED = ("expected", "time", "verified", "gain", "time_gain")  # what a cost rule's check records (DepthCheck)
+# Every step runs the target model at least once. A forward of a transformers model, with the Python around it,
+# takes far longer than 0.05 ms anywhere (the tests' two-layer model takes about 0.7 ms on a 2-core CPU): a step
+# recorded faster than that would turn into an impossible speed (a 0.001 ms step is a million tokens a second).
+MIN_STEP_MS = 0.05
+# A speculative step runs the target on at least the token a plain step runs it on, and drafts besides: its typical
+# time is never far below a plain step's (on the recorded examples 1.3 to 1.7 times it; a single step is never
+# under 0.67 times the plain median). Under half of it, the file's timings are made up, and so would be its speed-up.
+MIN_STEP_RATIO = 0.5
+TOLERANCE = 1e-6  # the cost rule's figures are recomputed from each other: floats that went through JSON
 
 
 @dataclass(frozen=True)
@@ -38,6 +49,7 @@ class Shape:
     verified: int  # nodes sent to the target, the root included
     checks: bool  # whether the run checks its depth (DDD, the cost rule)
     weighs: bool  # whether its checks weigh expected tokens against time (the cost rule, ddd/costs.py)
+    costs: StepCosts | None = None  # the cost rule's settings' costs (a step may record the ones it used)
 
     @classmethod
     def of(cls, trace: RunTrace) -> "Shape | None":
@@ -48,8 +60,9 @@ class Shape:
             tree = settings.tree
             return cls(max(len(p) for p in tree), None, len(tree), len(tree) + 1, False, False)
         calls = settings.draft_calls if trace.method == "eagle2" else settings.max_draft_calls
-        return cls(calls, settings.beam_width, 0, settings.total_tokens, trace.method in ("ddd", "cost"),
-                   trace.method == "cost")
+        weighs = trace.method == "cost"
+        return cls(calls, settings.beam_width, 0, settings.total_tokens, trace.method in ("ddd", "cost"), weighs,
+                   StepCosts.of(settings) if weighs else None)
 
     def pool(self, calls: int) -> int:
         """The most nodes `calls` draft calls put in the pool, the root included."""
@@ -82,6 +95,9 @@ def check_run(trace: RunTrace, where: str, fail: Fail) -> RunTrace:
 def _step(step: Step, shape: Shape | None, where: str, fail: Fail) -> None:
     if not step.ms > 0:
         raise fail(where, "took no time (draft_ms + verify_ms + other_ms is 0); a recorded step always takes some")
+    if step.ms < MIN_STEP_MS:
+        raise fail(where, f"took {step.ms:.6g} ms (draft_ms + verify_ms + other_ms); a step runs the target model at "
+                          f"least once, which takes at least {MIN_STEP_MS} ms on any machine")
     if step.prefill != (step.index == 0):
         raise fail(f"{where}.prefill", "must be true for step 0, the prefill, and for no other step")
     drafting = (step.draft_calls, step.max_draft_calls, step.verified, step.accepted, step.pool, step.checks,
@@ -153,6 +169,52 @@ def _weighings(step: Step, shape: Shape, where: str, fail: Fail) -> None:
                                          "are expected to give 0 to as many")
         if check.time < 1:
             raise fail(f"{at}.time", f"is {check.time:g}, less than the target's own forward (1 plain step)")
+        _forecast(check, _priced(step, shape), shape.verified, at, fail)
+
+
+def _priced(step: Step, shape: Shape) -> StepCosts:
+    """The costs a cost-rule step was priced at: those its trace records (a rule that measures its own), else its
+    run's settings."""
+    used = getattr(step, "costs", None)
+    return StepCosts(used.draft_cost, used.verify_base, used.verify_cost) if used is not None else shape.costs
+
+
+def _forecast(check: DepthCheck, costs: StepCosts, most: int, at: str, fail: Fail) -> None:
+    """A check's numbers as ddd.costs.decide makes them: T is the time of its tree at the run's costs; one more level
+    is a tree of 1 to total_tokens verified tokens (E + dE expected of them, 0 to as many less one) drafted with one
+    more call (T + dT, at those costs); and the rule stopped exactly when that tree's rate was not the higher."""
+    time = costs.time(check.call, check.verified)
+    if abs(check.time - time) > TOLERANCE:
+        raise fail(f"{at}.time", f"is {check.time:g}, but {check.call} draft calls and {check.verified} verified "
+                                 f"tokens take {time:g} plain steps at the step's costs")
+    deeper_time, deeper_expected = check.time + check.time_gain, check.expected + check.gain
+    verified = _verified_at(deeper_time, check.call + 1, costs, most)
+    if verified is None:
+        raise fail(f"{at}.time_gain", f"is {check.time_gain:g}: one more level would take {deeper_time:g} plain steps, "
+                                      f"which no tree of {check.call + 1} draft calls and 1 to {most} verified tokens "
+                                      "takes at the step's costs")
+    if not -TOLERANCE <= deeper_expected <= verified - 1 + TOLERANCE:
+        raise fail(f"{at}.gain", f"is {check.gain:g}: one more level would expect {deeper_expected:g} accepted tokens, "
+                                 f"but its tree's {verified - 1} verified draft tokens give 0 to as many")
+    now, deeper = (check.expected + 1) / check.time, (deeper_expected + 1) / deeper_time
+    if abs(deeper - now) > TOLERANCE * now and check.stop != (deeper < now):
+        said = "stop" if check.stop else "go on"
+        raise fail(f"{at}.stop", f"says {said}, but one more level's rate (E + dE + 1) / (T + dT) = {deeper:.4g} is "
+                                 f"{'above' if deeper > now else 'below'} the tree's (E + 1) / T = {now:.4g}")
+
+
+def _verified_at(time: float, calls: int, costs: StepCosts, most: int) -> int | None:
+    """The verified tokens of a tree drafted with `calls` calls that takes `time` plain steps (the most such a tree
+    may verify where any count fits, as with no per-token cost); None where none does."""
+    verify = time - 1 - calls * costs.draft_cost
+    extra = verify - costs.verify_base  # (verified - 1) x verify_cost, for a tree that verifies any draft token
+    single = 1 if abs(verify) <= TOLERANCE else None  # the root alone: no verify cost at all
+    if costs.verify_cost == 0:
+        return most if abs(extra) <= TOLERANCE else single
+    count = round(extra / costs.verify_cost)
+    if abs(extra - count * costs.verify_cost) <= TOLERANCE and 1 <= count <= most - 1:
+        return count + 1
+    return single
 
 
 def _pool(step: Step, shape: Shape, where: str, fail: Fail) -> None:
@@ -198,3 +260,23 @@ def check_race(traces: dict[str, RunTrace], fail: Fail) -> None:
     heads = {t.head for t in traces.values() if t.method != "plain"}
     if len(heads) > 1:
         raise fail("traces", f"draft with different heads ({', '.join(METHOD_LABELS[m] for m in names)})")
+    _paces(traces, fail)
+
+
+def typical_step_ms(trace: RunTrace) -> float | None:
+    """The median time of a run's decode steps (the prefill apart); None without one."""
+    times = [s.ms for s in trace.steps if not s.prefill]
+    return statistics.median(times) if times else None
+
+
+def _paces(traces: dict[str, RunTrace], fail: Fail) -> None:
+    """No speculative run steps at under MIN_STEP_RATIO of plain decoding's pace."""
+    plain = typical_step_ms(traces["plain"]) if "plain" in traces else None
+    if plain is None:
+        return
+    for name, trace in traces.items():
+        typical = typical_step_ms(trace)
+        if name != "plain" and typical is not None and typical < MIN_STEP_RATIO * plain:
+            raise fail(f"traces.{name}.steps", f"take {typical:.3g} ms each (the median decode step), under half of "
+                                               f"plain decoding's {plain:.3g} ms: a {METHOD_LABELS[name]} step runs "
+                                               "the target on at least the token a plain step does, and drafts besides")

@@ -20,7 +20,7 @@ from typing import Any
 
 from plotly.offline import get_plotlyjs
 
-from ddd.settings import METHOD_DECLARATIONS, PRECISIONS, SAMPLING_SETTINGS, Setting
+from ddd.settings import COST_SETTINGS, METHOD_DECLARATIONS, PRECISIONS, SAMPLING_SETTINGS, Setting
 from ddd.trace import CHAIN_ENDS, SCHEMA_VERSION, STATUSES, RunTrace
 
 from .about import about_markdown
@@ -29,12 +29,12 @@ from .charts import METHOD_COLORS, SUMMARY_HEADERS, summary_rows, timeline_figur
 from .embed import figure_json, markdown_html, script_json
 from .race import (COLUMN_METHODS, COST_METHOD, DROPPED_SHOWN, METHOD_LABELS, RACE_FORMAT, RACE_METHODS, RACE_VERSION,
                    TREE_METHODS, Race)
-from .runcheck import MAX_PROMPT_TOKENS, MAX_TOKENS, SHARED, WEIGHED, Shape
+from .runcheck import MAX_PROMPT_TOKENS, MAX_TOKENS, MIN_STEP_MS, MIN_STEP_RATIO, SHARED, TOLERANCE, WEIGHED, Shape
 from .runfile import (CHECK_FIELDS, CHECK_REQUIRED, LIMITS, NODE_FIELDS, RACE_FIELDS, STEP_FIELDS, SUMMARY_KEYS,
                       TRACE_FIELDS, TRACE_REQUIRED, load_race)
 from .tokens import escape
 from .tree import BAND_COLORS, COLORS, GHOST_COLOR, GHOST_LINE, LABEL_POSITIONS, MAX_LEVELS, MAX_NODES, STATUS_NAMES
-from .verdict import headline_html
+from .verdict import BLOCK_ROUNDS, CONFIDENCE, MIN_STEPS, RESAMPLES, SMALLEST_CALLED, headline_html
 from .views import CSS, race_info, step_view
 
 PLAYER = Path(__file__).with_name("static_player")
@@ -155,6 +155,10 @@ def constants() -> dict[str, Any]:
         "shared": list(SHARED), "traceDefaults": _TRACE_DEFAULTS, "colors": COLORS, "statusNames": STATUS_NAMES,
         "methodColors": METHOD_COLORS, "bandColors": list(BAND_COLORS), "ghostColor": GHOST_COLOR,
         "ghostLine": GHOST_LINE, "labelPositions": LABEL_POSITIONS, "droppedShown": DROPPED_SHOWN,
+        "minStepMs": MIN_STEP_MS, "minStepRatio": MIN_STEP_RATIO, "tolerance": TOLERANCE,
+        "costs": [s.name for s in COST_SETTINGS],
+        "verdict": {"reference": "plain", "confidence": CONFIDENCE, "resamples": RESAMPLES, "blockRounds": BLOCK_ROUNDS,
+                    "minSteps": MIN_STEPS, "smallestCalled": SMALLEST_CALLED},
         "limits": {"fileBytes": LIMITS.file_bytes, "jsonBytes": LIMITS.json_bytes, "steps": LIMITS.steps,
                    "nodesPerStep": LIMITS.nodes_per_step, "nodes": LIMITS.nodes, "text": LIMITS.long_text,
                    "listItems": LIMITS.list_items, "treeLevels": MAX_LEVELS, "treeNodes": MAX_NODES,

@@ -8,6 +8,9 @@ each, and a block bootstrap over rounds (blocks of consecutive rounds, since a b
 rounds that two runs share are drawn together) resamples the race many times. A difference whose 95% interval
 includes "equal" is a tie, and so is one under SMALLEST_CALLED: on a shared machine a few percent come and go
 between identical decoders, more than one race's own resampling shows, and no one chooses a method for them.
+
+The resampling draws from a counter hashed to 32 bits (`Draws`), not numpy's generator: the static page's player
+(static_player/player.js) repeats it step for step, so a file gets one verdict in the app and on the page.
 """
 from __future__ import annotations
 
@@ -127,14 +130,45 @@ def decode_tokens_per_s(steps: Sequence[Step]) -> float | None:
     return 1000 / ms if ms else None
 
 
-def _block_picks(rng: np.random.Generator, low: int, high: int) -> np.ndarray:
+class Draws:
+    """Whole numbers from a seeded counter, each hashed to 32 bits (a multiply-xorshift finaliser), in an order and
+    with arithmetic (uint32, wrapping) that JavaScript repeats exactly."""
+
+    def __init__(self, seed: int = 0):
+        self.seed, self.used = np.uint32(seed), 0
+
+    def integers(self, low: int, high: int, shape: tuple[int, int]) -> np.ndarray:
+        """Numbers in [low, high), row by row (the modulo's bias is under high / 2**32)."""
+        count = shape[0] * shape[1]
+        with np.errstate(over="ignore"):
+            x = np.arange(self.used, self.used + count, dtype=np.uint32) + self.seed * np.uint32(0x9E3779B9)
+            x ^= x >> np.uint32(16)
+            x *= np.uint32(0x7FEB352D)
+            x ^= x >> np.uint32(15)
+            x *= np.uint32(0x846CA68B)
+            x ^= x >> np.uint32(16)
+        self.used += count
+        return (low + (x % np.uint32(high - low)).astype(np.int64)).reshape(shape)
+
+
+def _block_picks(draws: Draws, low: int, high: int) -> np.ndarray:
     """RESAMPLES rows of round indices from [low, high), drawn in blocks of consecutive rounds."""
     size = high - low
     if size <= 0:
         return np.zeros((RESAMPLES, 0), dtype=int)
     block = min(BLOCK_ROUNDS, size)
-    starts = rng.integers(low, high - block + 1, size=(RESAMPLES, -(-size // block)))
+    starts = draws.integers(low, high - block + 1, (RESAMPLES, -(-size // block)))
     return (starts[:, :, None] + np.arange(block)).reshape(RESAMPLES, -1)[:, :size]
+
+
+def percentile(ordered: Sequence[float], q: float) -> float:
+    """The q-th percentile of sorted values, linear between the two nearest (numpy's default), written out so that
+    the player computes the same number."""
+    position = q / 100 * (len(ordered) - 1)
+    below = math.floor(position)
+    if below + 1 >= len(ordered):
+        return float(ordered[-1])
+    return float(ordered[below] + (ordered[below + 1] - ordered[below]) * (position - below))
 
 
 def speed_ratio(reference: RunTrace, other: RunTrace, seed: int = 0) -> tuple[float, float, float]:
@@ -146,16 +180,18 @@ def speed_ratio(reference: RunTrace, other: RunTrace, seed: int = 0) -> tuple[fl
         return 0.0, 0.0, float("inf")
     # Rounds both ran are resampled together (a busy spell hit both); the longer run's remaining rounds apart,
     # so that every resample keeps each run's own number of steps.
-    rng = np.random.default_rng(seed)
-    picks = np.vstack([np.arange(rounds), np.hstack([_block_picks(rng, 0, shared), _block_picks(rng, shared, rounds)])])
+    draws = Draws(seed)
+    picks = np.vstack([np.arange(rounds), np.hstack([_block_picks(draws, 0, shared),
+                                                     _block_picks(draws, shared, rounds)])])
     with np.errstate(divide="ignore", invalid="ignore"):
         ratios = (ref.typical_ms(picks) / ref.tokens[picks].sum(1)) / (run.typical_ms(picks) / run.tokens[picks].sum(1))
     ratio, samples = float(ratios[0]), ratios[1:][np.isfinite(ratios[1:])]
     if not len(samples):
         return ratio, 0.0, float("inf")
     tail = (1 - CONFIDENCE) / 2 * 100
-    low, high = np.percentile(samples, [tail, 100 - tail])
-    return ratio, float(min(low, ratio)), float(max(high, ratio))
+    ordered = sorted(samples.tolist())
+    low, high = percentile(ordered, tail), percentile(ordered, 100 - tail)
+    return ratio, min(low, ratio), max(high, ratio)
 
 
 def _standing(name: str, trace: RunTrace, reference: RunTrace) -> Standing:
@@ -215,10 +251,15 @@ def _headline(standings: list[Standing], leaders: list[str], decided: bool) -> s
     if not decided:
         return f"Too short to call: {figures}. A few more tokens would let the race tell its noise from a difference."
     if len(leaders) == len(standings):
-        return f"A tie: {figures}, all too close to call in this race."
+        return f"A tie: {figures}; each is too close to call against another, so this race names no winner."
     names = [label_of(n) for n in leaders]
     lead = f"{names[0]} wins" if len(names) == 1 else f"{' and '.join(names)} tie for the lead"
     return f"{lead}: {figures}."
+
+
+def shares_lead(result: Verdict, name: str) -> bool:
+    """Whether the headline names `name` among several that tie for the lead (or in a race that ties throughout)."""
+    return result.decided and len(result.leaders) > 1 and name in result.leaders
 
 
 def _why(standings: list[Standing]) -> str:

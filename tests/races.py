@@ -2,6 +2,7 @@
 from __future__ import annotations
 
 from components import Race
+from ddd.costs import StepCosts
 from ddd.metrics import summarize
 from ddd.trace import DepthCheck, DraftNode, RunTrace, Step
 
@@ -47,6 +48,22 @@ def prefill(ms=120.0, text="Hello"):
     return Step(index=0, token_ids=[7], text=text, accepted=0, verify_ms=ms, prefill=True)
 
 
+# The hand-made cost run's costs (make_trace's settings for "cost").
+HAND_COSTS = StepCosts(draft_cost=0.05, verify_base=0.1, verify_cost=0.04)
+
+
+def weighing(call, confidence, expected, verified, deeper_expected, deeper_verified, costs=HAND_COSTS):
+    """A cost rule's check as ddd.costs.decide records it: the best tree after `call` (E expected of `verified`), the
+    forecast tree one call deeper, and whether that one's rate was not the higher (a stop)."""
+    time, deeper = costs.time(call, verified), costs.time(call + 1, deeper_verified)
+    stop = not (deeper_expected + 1) / deeper > (expected + 1) / time
+    return call, confidence, stop, expected, time, verified, deeper_expected - expected, deeper - time
+
+
+# After three calls: go on (1.30 / 1.44 beats 1.80 / 1.31), go on, then stop (2.65 / 1.58 is under 2.60 / 1.53).
+COST_CHECKS = (weighing(1, -0.1, 0.8, 5, 1.3, 7), weighing(2, -0.2, 1.3, 7, 1.6, 8), weighing(3, -0.5, 1.6, 8, 1.65, 8))
+
+
 def make_trace(method, steps, settings=None, temperature=0.0):
     defaults = {"plain": {}, "eagle2": {"beam_width": 3, "draft_calls": 3, "total_tokens": 8},
                 "ddd": {"beam_width": 3, "max_draft_calls": 6, "check_steps": [3, 5], "threshold": -0.3,
@@ -76,6 +93,13 @@ def hand_race():
         spec_step(2, calls=6, limit=6, checks=[(3, -0.1, False), (5, -0.2, False)]),  # deeper than EAGLE-2's 3
     ])
     return Race(traces={"plain": plain_trace(), "eagle2": eagle2, "ddd": ddd}, title="hand race")
+
+
+def cost_race():
+    """The hand race with a cost run: it weighed after each of its three draft calls and stopped there."""
+    race = hand_race()
+    race.traces["cost"] = make_trace("cost", [prefill(), spec_step(calls=3, limit=6, checks=COST_CHECKS)])
+    return race
 
 
 def by_meta(fig, meta):

@@ -9,7 +9,7 @@ import pytest
 from components import RaceFileError, load_race
 from components.runfile import race_from_data
 from explorer.sessions import Session
-from tests.races import hand_race, make_trace, prefill, spec_step
+from tests.races import COST_CHECKS, hand_race, make_trace, prefill, spec_step
 from tests.test_browser import CHROMIUM, Browser, open_on_example, text_of
 from tests.tiny import RACE_SETTINGS, race_frames
 
@@ -34,9 +34,7 @@ def test_the_switch_races_four_methods_to_one_greedy_text_and_the_file_round_tri
 
 
 def test_a_cost_check_without_what_it_weighed_is_refused():
-    step = spec_step(calls=3, limit=6, checks=[(1, -0.1, False, 0.8, 1.09, 5, 0.3, 0.05),
-                                               (2, -0.2, False, 1.1, 1.17, 7, 0.06, 0.05),
-                                               (3, -0.5, True, 1.16, 1.22, 8, 0.18, 0.15)])
+    step = spec_step(calls=3, limit=6, checks=COST_CHECKS)
     race = hand_race()
     data = json.loads(json.dumps({"format": "ddd-explorer-race", "version": 1, "traces": {
         "plain": race.traces["plain"].to_dict(), "cost": make_trace("cost", [prefill(), step]).to_dict()}}))

@@ -13,11 +13,14 @@ from pathlib import Path
 import pytest
 
 from components import RaceFileError, load_race
+from components.answer import counters_html
+from components.verdict import headline_html
 from explorer.deploy import export_space
 from tests.bad_inputs import FILE_CASES, PAYLOADS, evil_race
-from tests.races import hand_race, make_trace, prefill, spec_step
+from tests.races import cost_race as hand_cost_race
 from tests.test_browser import CHROMIUM, INJECTED, OUT, Browser, plotly_traces, text_of, upload
 from tests.test_file_checks import freezing_files, wide_pool
+from tests.test_impossible_numbers import IMPOSSIBLE
 
 ROOT = Path(__file__).resolve().parents[1]
 EXAMPLES = sorted((ROOT / "assets" / "examples").glob("*.json"))
@@ -201,12 +204,7 @@ def test_a_tree_as_wide_as_its_settings_allow_is_drawn_bounded(page, tmp_path):
 
 
 def cost_race() -> dict:
-    """The hand-made race with a cost run: it weighed after each of its three draft calls and stopped there."""
-    race = hand_race()
-    weighed = [(1, -0.1, False, 0.8, 1.09, 5, 0.3, 0.05), (2, -0.2, False, 1.1, 1.17, 7, 0.06, 0.05),
-               (3, -0.5, True, 1.16, 1.22, 8, 0.18, 0.15)]
-    race.traces["cost"] = make_trace("cost", [prefill(), spec_step(calls=3, limit=6, checks=weighed)])
-    return json.loads(json.dumps(race.to_dict()))
+    return json.loads(json.dumps(hand_cost_race().to_dict()))
 
 
 SHOWN_COLUMNS = "[...document.querySelectorAll('.columns .col')].filter((c) => !c.hidden).length"
@@ -225,7 +223,7 @@ def test_a_race_file_with_a_cost_run_shows_it_as_a_fourth_column(page, tmp_path)
     accepted = "document.querySelector('#tree-cost .js-plotly-plot').data.find((t) => t.meta === 'accepted').x.length"
     assert page.js(accepted) == 2  # the accepted path: ' the', ' cat'
     assert page.js("document.querySelector('#depth .js-plotly-plot').data.some((t) => t.meta === 'cost-depth')")
-    assert "E = 1.16 accepted tokens in T = 1.22 plain steps" in page.js(text_of("narration"))
+    assert "E = 1.60 accepted tokens in T = 1.53 plain steps" in page.js(text_of("narration"))
 
 
 def test_a_race_without_a_cost_run_shows_three_columns(page, tmp_path):
@@ -275,3 +273,40 @@ def test_no_console_error_and_no_request_left_the_page(page):
     page.wait_for(f"{text_of('narration')}.includes('Step 1')", 30, "the first example")
     shot = page.screenshot(OUT / "static-page.png")
     assert shot.stat().st_size > 10_000
+
+
+def headline_text(html: str) -> str:
+    """The headline as a browser shows its text: the bold line, then the why."""
+    return " ".join(re.sub(r"<[^>]+>", " ", html).replace("&#x27;", "'").split())
+
+
+@pytest.mark.parametrize("source", [*(p.name for p in EXAMPLES), "cost"])
+def test_a_loaded_file_gets_the_apps_headline_and_counters(page, tmp_path, source):
+    """The decode speed, the prefill apart, resampled alike: the same verdict word for word, and the counters' speeds."""
+    path = tmp_path / f"loaded-{source}.json"
+    if source == "cost":
+        path.write_text(json.dumps(cost_race()))
+    else:
+        path.write_bytes((ROOT / "assets" / "examples" / source).read_bytes())
+    race = load_race(path)
+    loaded(page, path)
+    page.wait_for(f"{text_of('info')}.includes({json.dumps(path.name)})", 30, "the loaded file")
+    shown = " ".join(page.js(text_of("headline")).split())
+    assert shown == headline_text(headline_html(race.traces))
+    last = page.js("Number(document.querySelector('#slider').max)")
+    page.js(f"(() => {{ const s = document.querySelector('#slider'); s.value = '{last}';"
+            " s.dispatchEvent(new Event('input')); })()")
+    page.wait_for(f"{text_of('step-label')}.startsWith('step {last} of')", 20, "the last step")
+    for method in race.columns():
+        app = headline_text(counters_html(method, race.traces[method].steps, ""))
+        assert " ".join(page.js(text_of(f"cnt-{method}")).split()).startswith(app), method
+
+
+@pytest.mark.parametrize("change, words", [(c, w) for _, c, w in IMPOSSIBLE], ids=[n for n, _, _ in IMPOSSIBLE])
+def test_a_number_the_file_cannot_hold_is_refused_with_the_apps_words(page, tmp_path, change, words):
+    data = cost_race()
+    change(data)
+    path = tmp_path / "impossible.json"
+    path.write_text(json.dumps(data))
+    loaded(page, path)
+    assert "Could not load that file" in page.js(text_of("message")) and words in page.js(text_of("message"))

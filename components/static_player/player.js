@@ -336,6 +336,9 @@
       step[name] = data[name] === undefined ? 0 : int(data[name], `${where}.${name}`, 0, K.limits.listItems);
     }
     step.verified = data.verified === undefined ? 0 : int(data.verified, `${where}.verified`, 0, K.limits.nodesPerStep);
+    // the costs a cost-rule step was priced at, where its trace records them (in plain steps)
+    step.costs = data.costs === undefined || data.costs === null ? null : Object.fromEntries(K.costs.map((name) =>
+      [name, number(obj(data.costs, `${where}.costs`)[name], `${where}.costs.${name}`, 0, 10)]));
     step.checks = list(data.checks === undefined ? [] : data.checks, `${where}.checks`, K.limits.listItems).map((check, i) => {
       const at = `${where}.checks[${i}]`;
       obj(check, at);
@@ -410,7 +413,8 @@
   // run's settings can produce, with the app's own limits.
 
   const many = (n) => n.toLocaleString("en");
-  const brief = (x) => String(Number(x.toPrecision(6)));
+  const precise = (x, digits) => String(Number(x.toPrecision(digits)));
+  const brief = (x) => precise(x, 6);
 
   function withDefaults(values, settings) {
     return Object.fromEntries(settings.map((s) => [s.name, Object.hasOwn(values, s.name) ? values[s.name] : s.default]));
@@ -425,7 +429,8 @@
       return Object.assign({calls: Math.max(0, ...s.tree.map((path) => path.length)), width: null, nodes: s.tree.length,
         verified: s.tree.length + 1}, kind);
     }
-    return Object.assign({calls: s.draft_calls ?? s.max_draft_calls, width: s.beam_width, nodes: 0, verified: s.total_tokens}, kind);
+    const costs = kind.weighs ? Object.fromEntries(K.costs.map((name) => [name, s[name]])) : null;
+    return Object.assign({calls: s.draft_calls ?? s.max_draft_calls, width: s.beam_width, nodes: 0, verified: s.total_tokens, costs}, kind);
   }
 
   function poolLimit(shape, calls) {
@@ -446,6 +451,10 @@
 
   function checkNumbers(step, shape, where) {
     if (!(stepMs(step) > 0)) fail(where, "took no time (draft_ms + verify_ms + other_ms is 0); a recorded step always takes some");
+    if (stepMs(step) < K.minStepMs) {
+      fail(where, `took ${brief(stepMs(step))} ms (draft_ms + verify_ms + other_ms); a step runs the target model at least once, `
+        + `which takes at least ${K.minStepMs} ms on any machine`);
+    }
     if (step.prefill !== (step.index === 0)) fail(`${where}.prefill`, "must be true for step 0, the prefill, and for no other step");
     const emitted = step.token_ids.length;
     if (step.prefill || !shape) {
@@ -503,7 +512,49 @@
         fail(`${at}.expected`, `is ${brief(check.expected)}, but ${check.verified - 1} verified draft tokens are expected to give 0 to as many`);
       }
       if (check.time < 1) fail(`${at}.time`, `is ${brief(check.time)}, less than the target's own forward (1 plain step)`);
+      checkForecast(check, step.costs || shape.costs, shape.verified, at);
     });
+  }
+
+  const stepTime = (costs, calls, verified) => 1 + calls * costs.draft_cost
+    + (verified > 1 ? costs.verify_base + (verified - 1) * costs.verify_cost : 0);
+
+  function checkForecast(check, costs, most, at) {
+    // a check's numbers as ddd.costs.decide makes them (runcheck._forecast)
+    const tol = K.tolerance;
+    const time = stepTime(costs, check.call, check.verified);
+    if (Math.abs(check.time - time) > tol) {
+      fail(`${at}.time`, `is ${brief(check.time)}, but ${check.call} draft calls and ${check.verified} verified tokens take ${brief(time)} plain steps at the step's costs`);
+    }
+    const deeperTime = check.time + check.time_gain;
+    const deeperExpected = check.expected + check.gain;
+    const verified = verifiedAt(deeperTime, check.call + 1, costs, most);
+    if (verified === null) {
+      fail(`${at}.time_gain`, `is ${brief(check.time_gain)}: one more level would take ${brief(deeperTime)} plain steps, which no tree of `
+        + `${check.call + 1} draft calls and 1 to ${most} verified tokens takes at the step's costs`);
+    }
+    if (!(deeperExpected >= -tol && deeperExpected <= verified - 1 + tol)) {
+      fail(`${at}.gain`, `is ${brief(check.gain)}: one more level would expect ${brief(deeperExpected)} accepted tokens, but its tree's `
+        + `${verified - 1} verified draft tokens give 0 to as many`);
+    }
+    const now = (check.expected + 1) / check.time;
+    const deeper = (deeperExpected + 1) / deeperTime;
+    if (Math.abs(deeper - now) > tol * now && check.stop !== (deeper < now)) {
+      fail(`${at}.stop`, `says ${check.stop ? "stop" : "go on"}, but one more level's rate (E + dE + 1) / (T + dT) = ${precise(deeper, 4)} is `
+        + `${deeper > now ? "above" : "below"} the tree's (E + 1) / T = ${precise(now, 4)}`);
+    }
+  }
+
+  function verifiedAt(time, calls, costs, most) {
+    // the verified tokens of a tree of `calls` draft calls that takes `time` plain steps (runcheck._verified_at)
+    const tol = K.tolerance;
+    const verify = time - 1 - calls * costs.draft_cost;
+    const extra = verify - costs.verify_base;
+    const single = Math.abs(verify) <= tol ? 1 : null;
+    if (costs.verify_cost === 0) return Math.abs(extra) <= tol ? most : single;
+    const count = Math.round(extra / costs.verify_cost);
+    if (Math.abs(extra - count * costs.verify_cost) <= tol && count >= 1 && count <= most - 1) return count + 1;
+    return single;
   }
 
   function checkPoolNumbers(step, shape, where) {
@@ -550,6 +601,28 @@
     }
     const heads = new Set([...traces.values()].filter((t) => t.method !== "plain").map((t) => t.head));
     if (heads.size > 1) fail("traces", `draft with different heads (${[...traces.keys()].map(label).join(", ")})`);
+    checkPaces(traces);
+  }
+
+  function typicalStepMs(trace) {
+    // the median decode step (runcheck.typical_step_ms)
+    const times = trace.steps.filter((s) => !s.prefill).map(stepMs).sort((a, b) => a - b);
+    if (!times.length) return null;
+    const middle = Math.floor(times.length / 2);
+    return times.length % 2 ? times[middle] : (times[middle - 1] + times[middle]) / 2;
+  }
+
+  function checkPaces(traces) {
+    // no speculative run steps at under half of plain decoding's pace (runcheck._paces)
+    const plain = traces.has("plain") ? typicalStepMs(traces.get("plain")) : null;
+    if (plain === null) return;
+    for (const [name, trace] of traces) {
+      const typical = typicalStepMs(trace);
+      if (name !== "plain" && typical !== null && typical < K.minStepRatio * plain) {
+        fail(`traces.${name}.steps`, `take ${precise(typical, 3)} ms each (the median decode step), under half of plain decoding's `
+          + `${precise(plain, 3)} ms: a ${label(name)} step runs the target on at least the token a plain step does, and drafts besides`);
+      }
+    }
   }
 
   function parseJSON(source) {
@@ -687,12 +760,202 @@
   }
 
   function counts(steps) {
+    // the app's counters (components.answer.counters): decode speed as the verdict measures it, the prefill apart
     const decode = steps.filter((s) => !s.prefill);
     const decodeTokens = sum(decode.map((s) => s.token_ids.length));
-    const totalMs = sum(steps.map(stepMs));
-    const tokens = sum(steps.map((s) => s.token_ids.length));
-    return {tokens, totalMs, forwards: steps.length, tau: decode.length ? decodeTokens / decode.length : 0,
-      rate: totalMs > 0 ? tokens / (totalMs / 1000) : 0};
+    const perToken = decodeMsPerToken(steps);
+    return {tokens: sum(steps.map((s) => s.token_ids.length)), totalMs: sum(steps.map(stepMs)), forwards: steps.length,
+      tau: decode.length ? decodeTokens / decode.length : 0, rate: perToken ? 1000 / perToken : null,
+      prefillMs: sum(steps.filter((s) => s.prefill).map(stepMs))};
+  }
+
+  // ---------------------------------------------------------------------------------------------------
+  // The verdict, as components/verdict.py gives it: the same resampling (a hashed counter), the same arithmetic
+  // in the same order, the same words; so a file gets one headline in the app and here.
+  // ---------------------------------------------------------------------------------------------------
+
+  const V = K.verdict;
+
+  function fixed(x, digits) {
+    // Python's f"{x:.{digits}f}": toFixed, but an exact tie goes to the even neighbour
+    const scaled = x * 10 ** digits;
+    const floor = Math.floor(scaled);
+    if (scaled - floor === 0.5 && floor % 2 === 0 && (floor + 0.5) / 10 ** digits === x) return (floor / 10 ** digits).toFixed(digits);
+    return x.toFixed(digits);
+  }
+
+  function rounds(steps, count = 0) {
+    // a run's decode steps by round (verdict.Rounds): time, tokens and kind of step; zeros after its end
+    const decode = steps.filter((s) => !s.prefill);
+    const n = Math.max(count, ...decode.map((s) => s.index), 0);
+    const r = {ms: new Array(n).fill(0), tokens: new Array(n).fill(0), shape: new Array(n).fill(-1)};
+    const kinds = new Map();
+    for (const s of decode) {
+      const key = `${s.draft_calls},${s.verified}`;
+      if (!kinds.has(key)) kinds.set(key, kinds.size);
+      r.ms[s.index - 1] = stepMs(s);
+      r.tokens[s.index - 1] = s.token_ids.length;
+      r.shape[s.index - 1] = kinds.get(key);
+    }
+    r.kinds = kinds.size;
+    return r;
+  }
+
+  function median(values) {
+    const sorted = [...values].sort((a, b) => a - b);
+    const middle = Math.floor(sorted.length / 2);
+    return sorted.length % 2 ? sorted[middle] : (sorted[middle - 1] + sorted[middle]) / 2;
+  }
+
+  function typicalMs(r, picks) {
+    // every picked step at the median time of the picked steps of its kind (Rounds.typical_ms)
+    let total = 0;
+    for (let kind = 0; kind < r.kinds; kind++) {
+      const times = picks.filter((i) => r.shape[i] === kind).map((i) => r.ms[i]);
+      if (times.length) total += median(times) * times.length;
+    }
+    return total;
+  }
+
+  function decodeMsPerToken(steps) {
+    const decode = steps.filter((s) => !s.prefill);
+    const tokens = sum(decode.map((s) => s.token_ids.length));
+    if (!tokens) return null;
+    const r = rounds(decode);
+    const ms = typicalMs(r, r.ms.map((_, i) => i));
+    return Number.isFinite(ms) && ms > 0 ? ms / tokens : null;
+  }
+
+  class Draws {
+    // verdict.Draws: a seeded counter hashed to 32 bits
+    constructor(seed) { this.seed = seed >>> 0; this.used = 0; }
+    next(low, high) {
+      let x = (this.used + Math.imul(this.seed, 0x9E3779B9)) >>> 0;
+      this.used += 1;
+      x = (x ^ (x >>> 16)) >>> 0;
+      x = Math.imul(x, 0x7FEB352D) >>> 0;
+      x = (x ^ (x >>> 15)) >>> 0;
+      x = Math.imul(x, 0x846CA68B) >>> 0;
+      x = (x ^ (x >>> 16)) >>> 0;
+      return low + (x % (high - low));
+    }
+  }
+
+  function blockPicks(draws, low, high) {
+    const size = high - low;
+    const rows = [];
+    for (let r = 0; r < V.resamples; r++) rows.push([]);
+    if (size <= 0) return rows;
+    const block = Math.min(V.blockRounds, size);
+    const blocks = Math.ceil(size / block);
+    for (const row of rows) {
+      for (let b = 0; b < blocks; b++) {
+        const start = draws.next(low, high - block + 1);
+        for (let k = 0; k < block; k++) row.push(start + k);
+      }
+      row.length = size;
+    }
+    return rows;
+  }
+
+  function percentile(sorted, q) {
+    const position = q / 100 * (sorted.length - 1);
+    const below = Math.floor(position);
+    if (below + 1 >= sorted.length) return sorted[sorted.length - 1];
+    return sorted[below] + (sorted[below + 1] - sorted[below]) * (position - below);
+  }
+
+  function speedRatio(reference, other) {
+    // other's speed over reference's, with its bootstrap interval (verdict.speed_ratio)
+    const shared = Math.min(rounds(reference.steps).ms.length, rounds(other.steps).ms.length);
+    const count = Math.max(rounds(reference.steps).ms.length, rounds(other.steps).ms.length);
+    const ref = rounds(reference.steps, count);
+    const run = rounds(other.steps, count);
+    if (!count || !sum(ref.tokens) || !sum(run.tokens)) return [0, 0, Infinity];
+    const draws = new Draws(0);
+    const first = blockPicks(draws, 0, shared);
+    const rest = blockPicks(draws, shared, count);
+    const picks = [[...Array(count).keys()], ...first.map((row, i) => row.concat(rest[i]))];
+    const ratios = picks.map((p) => (typicalMs(ref, p) / sum(p.map((i) => ref.tokens[i])))
+      / (typicalMs(run, p) / sum(p.map((i) => run.tokens[i]))));
+    const ratio = ratios[0];
+    const samples = ratios.slice(1).filter(Number.isFinite).sort((a, b) => a - b);
+    if (!samples.length) return [ratio, 0, Infinity];
+    const tail = (1 - V.confidence) / 2 * 100;
+    return [ratio, Math.min(percentile(samples, tail), ratio), Math.max(percentile(samples, 100 - tail), ratio)];
+  }
+
+  const tooClose = (ratio, low, high) => (low <= 1 && 1 <= high) || (1 / V.smallestCalled < ratio && ratio < V.smallestCalled);
+
+  function standing(name, trace, reference) {
+    const decode = trace.steps.filter((s) => !s.prefill);
+    const typical = decodeMsPerToken(trace.steps) || 0;
+    const measured = sum(decode.map(stepMs)) || 1;
+    const [speedup, low, high] = speedRatio(reference, trace);
+    return {name, label: label(name), steps: decode.length,
+      tau: decode.length ? sum(decode.map((s) => s.token_ids.length)) / decode.length : 0, ms: typical,
+      draftMs: typical * sum(decode.map((s) => s.draft_ms)) / measured, verifyMs: typical * sum(decode.map((s) => s.verify_ms)) / measured,
+      prefillMs: sum(trace.steps.filter((s) => s.prefill).map(stepMs)), speedup, tie: tooClose(speedup, low, high)};
+  }
+
+  function noVerdict(traces) {
+    const reference = V.reference;
+    if (!traces.has(reference)) {
+      return `No verdict: these runs hold no ${label(reference).toLowerCase()} decoding run, so there is nothing to compare their speed with.`;
+    }
+    if (traces.size < 2) return `No verdict: this file holds ${label(reference).toLowerCase()} decoding alone.`;
+    const untimed = [...traces].filter(([, t]) => decodeMsPerToken(t.steps) === null).map(([n]) => label(n));
+    if (untimed.length) {
+      return `No verdict: ${untimed.join(", ")} ${untimed.length === 1 ? "has" : "have"} no timed decode step, so no speed can be derived.`;
+    }
+    return "";
+  }
+
+  function verdictOf(traces) {
+    // verdict.verdict, with its headline and why
+    if (noVerdict(traces)) return null;
+    const ref = traces.get(V.reference);
+    const standings = [standing(V.reference, ref, ref),
+      ...[...traces].filter(([n]) => n !== V.reference).map(([n, t]) => standing(n, t, ref))];
+    const decided = standings.every((s) => s.steps >= V.minSteps);
+    const fastest = standings.reduce((best, s) => (s.speedup > best.speedup ? s : best));
+    const leaders = [fastest.name];
+    for (let i = 0; i < leaders.length; i++) {
+      for (const s of standings) {
+        if (!leaders.includes(s.name) && (!decided || tooClose(...speedRatio(traces.get(leaders[i]), traces.get(s.name))))) leaders.push(s.name);
+      }
+    }
+    const [first, ...others] = standings;
+    const figures = others.map((s) => `${s.label} ${fixed(s.speedup, 2)}× ${first.label.toLowerCase()}${s.tie ? " (too close to call)" : ""}`).join(", ");
+    let headline;
+    if (!decided) headline = `Too short to call: ${figures}. A few more tokens would let the race tell its noise from a difference.`;
+    else if (leaders.length === standings.length) headline = `A tie: ${figures}; each is too close to call against another, so this race names no winner.`;
+    else {
+      const names = leaders.map(label);
+      headline = `${names.length === 1 ? `${names[0]} wins` : `${names.join(" and ")} tie for the lead`}: ${figures}.`;
+    }
+    const parts = [`${first.label} ${fixed(first.ms, 0)} ms per token`, ...others.map((s) => `${s.label} ${fixed(s.ms, 0)} ms per token `
+      + `(tau ${fixed(s.tau, 2)}: ${fixed(s.draftMs, 0)} ms drafting and ${fixed(s.verifyMs, 0)} ms verifying per token)`)];
+    const prefill = standings.map((s) => `${s.label} ${fixed(s.prefillMs, 0)}`).join(", ");
+    const why = `Why: ${parts.join("; ")}. Prefill, timed apart: ${prefill} ms, counted in no speed.`;
+    return {headline, why, kind: leaders.length > 1 || !decided ? "tie" : "win"};
+  }
+
+  function headlineNode(traces) {
+    const result = verdictOf(traces);
+    if (result === null) return el("div", "headline empty", noVerdict(traces));
+    const box = el("div", `headline ${result.kind}`);
+    box.append(el("b", "", result.headline), el("div", "why", result.why));
+    return box;
+  }
+
+  function readable(x) {
+    // ddd.numbers.readable: three significant digits, never fewer than the whole part, no exponent
+    if (!Number.isFinite(x)) return String(x);
+    if (x === 0) return "0";
+    const magnitude = Math.floor(Math.log10(Math.abs(x)));
+    if (magnitude >= 2) return String(Math.round(Number(x.toPrecision(3))));
+    return String(Number(fixed(x, 2 - magnitude)));
   }
 
   function countersNode(method, trace, at) {
@@ -703,8 +966,9 @@
       return box;
     }
     const c = counts(trace.steps.slice(0, at + 1));
-    const items = [["tokens", String(c.tokens)], ["tokens/s", c.rate.toFixed(1)], ["target forwards", String(c.forwards)],
-      ["tau", method === "plain" ? "1.00" : c.tau.toFixed(2)], ["elapsed", `${(c.totalMs / 1000).toFixed(2)} s`]];
+    const items = [["tokens", String(c.tokens)], ["decode tokens/s", c.rate ? readable(c.rate) : "–"],
+      ["prefill", `${fixed(c.prefillMs, 0)} ms`], ["target forwards", String(c.forwards)],
+      ["tau", method === "plain" ? "1.00" : fixed(c.tau, 2)], ["elapsed", `${fixed(c.totalMs / 1000, 2)} s`]];
     for (const [k, v] of items) {
       const badge = el("span", "badge");
       badge.append(el("span", "k", k), " ", el("span", "v", v));
@@ -1035,16 +1299,7 @@
       if (this.race.note) box.append(el("br"), this.race.note);
       return box;
     }
-    headline() {
-      const box = el("div", "headline tie");
-      const rates = [...this.race.traces.entries()].map(([m, t]) => [m, counts(t.steps).rate]);
-      const plain = rates.find(([m]) => m === "plain");
-      box.append(el("b", "", "Recorded speed: " + rates.map(([m, r]) => `${label(m)} ${r.toFixed(1)} tokens/s`
-        + (plain && m !== "plain" && plain[1] > 0 ? ` (${(r / plain[1]).toFixed(2)}× plain)` : "")).join(" · ")));
-      box.append(el("div", "why", "Tokens per second over each whole run, prefill included. The app's headline also "
-        + "tells whether a difference is more than the race's own noise; open the file in the app for it."));
-      return box;
-    }
+    headline() { return headlineNode(this.race.traces); }
     summary() { return null; }
     about() { return null; }
     timeline() { return null; }
