@@ -51,6 +51,24 @@ def encode_prompt(target: Target, prompt: str, chat: bool = True) -> list[int]:
         ids = tok(text, add_special_tokens=False)["input_ids"]
     else:
         ids = tok(prompt)["input_ids"]
+    return fitting(target, ids)
+
+
+def prompt_ids(target: Target, prompt: str | list[int], chat: bool = True) -> list[int]:
+    """A prompt given as text (encoded as `encode_prompt` does) or as the target's token ids, checked."""
+    if isinstance(prompt, str):
+        return encode_prompt(target, prompt, chat)
+    ids = list(prompt)
+    if not ids:
+        raise PromptError("The prompt has no tokens.")
+    if any(isinstance(t, bool) or not isinstance(t, int) or not 0 <= t < target.vocab_size for t in ids):
+        raise PromptError(f"The prompt's token ids must be whole numbers from 0 to {target.vocab_size - 1} "
+                          f"({target.name}'s vocabulary).")
+    return fitting(target, ids)
+
+
+def fitting(target: Target, ids: list[int]) -> list[int]:
+    """`ids` when they leave room in the target's context for at least one new token."""
     if len(ids) >= target.context_limit - 1:
         raise PromptError(
             f"The prompt is {len(ids)} tokens long but {target.name} reads at most {target.context_limit} "
@@ -87,9 +105,9 @@ def _keep_cache(cache: DynamicCache, past: int, kept: torch.Tensor) -> None:
 class Generation:
     """An iterator of Steps; after (or during) iteration `.trace` holds the whole run."""
 
-    def __init__(self, target: Target, head: DraftHead | None, prompt: str, method: str = "ddd", *,
+    def __init__(self, target: Target, head: DraftHead | None, prompt: str | list[int], method: str = "ddd", *,
                  max_new_tokens: int = MAX_NEW_TOKENS.default, sampling: Sampling | None = None,
-                 settings: Any = None, chat: bool = True, record: bool = True):
+                 settings: Any = None, chat: bool = True, record: bool = True, eos_ids: set[int] | None = None):
         self.target, self.head, self.method = target, head, check_method(method)
         # A copy: the run must not change the caller's object, nor the caller the run's.
         self.sampling = replace(sampling) if sampling is not None else Sampling()
@@ -103,13 +121,14 @@ class Generation:
         self.settings.validate(head.draft_vocab_size if head is not None else target.vocab_size)
         self.max_new_tokens = MAX_NEW_TOKENS.parse(max_new_tokens)
         self.record = record
-        self.prompt_ids = encode_prompt(target, prompt, chat)
+        self.prompt_ids = prompt_ids(target, prompt, chat)
         self.drafter = make_drafter(method, self.settings, head)
         self.token_ids: list[int] = []
         self._text = ""
         self._stop_requested = False
         self._token_text: dict[int, str] = {}
-        self._eos = target.eos_ids()
+        # transformers' generate() stops at its generation config's eos tokens only (ddd.hf passes them).
+        self._eos = target.eos_ids() if eos_ids is None else set(eos_ids)
         self._in_draft_vocab = None
         draft_vocab = head.draft_to_target() if head is not None else None
         if draft_vocab is not None:
@@ -117,7 +136,8 @@ class Generation:
             self._in_draft_vocab[draft_vocab] = True
         self.trace = RunTrace(
             method=method, settings=settings_dict(self.settings), sampling=settings_dict(self.sampling),
-            model=target.name, head=getattr(head, "name", None) if head is not None else None, prompt=prompt,
+            model=target.name, head=getattr(head, "name", None) if head is not None else None,
+            prompt=prompt if isinstance(prompt, str) else target.tokenizer.decode(self.prompt_ids),
             prompt_tokens=len(self.prompt_ids), precision=target.precision, device=str(target.device),
             head_kind=head.kind if head is not None else None,
             calibration=head.calibration.to_json() if head is not None and head.calibration.measured else None,
@@ -310,13 +330,13 @@ class Generation:
         return self._token_text[token_id]
 
 
-def generate(target: Target, head: DraftHead | None, prompt: str, method: str = "ddd", *,
+def generate(target: Target, head: DraftHead | None, prompt: str | list[int], method: str = "ddd", *,
              max_new_tokens: int = MAX_NEW_TOKENS.default, sampling: Sampling | None = None, chat: bool = True,
              record: bool = True, temperature: float | None = None, top_p: float | None = None,
              seed: int | None = None, **settings: Any) -> Generation:
-    """Decode `prompt` with `method` (plain, eagle, eagle2, ddd, cost). Extra keyword arguments are the method's
-    settings (e.g. beam_width=10, threshold=-0.3; ddd.settings declares them); temperature/top_p/seed are
-    shortcuts into `sampling`, applied to a copy of it."""
+    """Decode `prompt` (text, or the target's token ids as they are) with `method` (plain, eagle, eagle2, ddd,
+    cost). Extra keyword arguments are the method's settings (e.g. beam_width=10, threshold=-0.3; ddd.settings
+    declares them); temperature/top_p/seed are shortcuts into `sampling`, applied to a copy of it."""
     shortcuts = {name: value for name, value in (("temperature", temperature), ("top_p", top_p), ("seed", seed))
                  if value is not None}
     sampling = replace(sampling or Sampling(), **shortcuts)
