@@ -17,7 +17,8 @@ from typing import Any
 
 import plotly.graph_objects as go
 
-from ddd.trace import DepthCheck, RunTrace, Step
+from ddd.numbers import readable
+from ddd.trace import RunTrace, Step
 from ddd.whatif import ddd_whatif, own_costs
 
 from .charts import depth_figure, timeline_figure
@@ -66,7 +67,7 @@ class TryIt:
 
     def query(self) -> str:
         """The app's link (explorer/lesson.py reads it): the example shown, its prompt and threshold filled in."""
-        return f"?example={self.example}&threshold={self.threshold:g}"
+        return f"?example={self.example}&threshold={readable(self.threshold)}"
 
 
 @dataclass(frozen=True)
@@ -139,8 +140,8 @@ def _slow(race: Race) -> Chapter:
             "the length of the answer. The figure shows the run on a clock: one bar per forward, one dot per token.")
     choices = _numbers(forwards, {1, max(2, forwards // 4), forwards, 2 * forwards})
     question = Question(
-        f"After the prefill, plain decoding wrote {_n(tokens, 'more token')}. How many forward passes of the target did "
-        "that take, the prefill apart?", choices, choices.index(str(forwards)),
+        f"After the prefill, plain decoding wrote {_n(tokens, 'more token')}. How many forward passes of the target "
+        "did that take?", choices, choices.index(str(forwards)),
         f"{_n(forwards, 'forward')}: one per token. At a median of {median:.0f} ms a forward that is "
         f"{forwards * median / 1000:.1f} s, and a longer answer costs proportionally more. The next chapters keep the "
         "same model and the same answer, and cut the number of forwards.")
@@ -223,8 +224,8 @@ def _trees(race: Race, speeds: dict[str, Any]) -> Chapter:
         f"{rate2:.1f} ({speeds['eagle2'].speedup:.2f}× plain); EAGLE-2's speed over EAGLE's is {ratio:.2f} "
         f"(95% interval {low:.2f}–{high:.2f}). More candidates a forward pay only where checking them costs little: "
         f"EAGLE's {size} tokens made {tau:.2f} tokens a forward against {tau2:.2f}, but each forward took "
-        f"{verify / max(verify2, 1e-9):.1f}× as long on {_machine(eagle)}. On a GPU a large model checks tens of tokens for about "
-        "the price of one, and the larger tree wins there.")
+        f"{verify / max(verify2, 1e-9):.1f}× as long on {_machine(eagle)}. On a GPU a large model checks tens of "
+        "tokens for about the price of one, and the larger tree wins there.")
     figure = tree_figure(step, eagle, show="verified", height=FIGURE_HEIGHT,
                          title=f"EAGLE (static tree) · step {step.index}")
     return Chapter(3, TITLES[2], text, figure, question)
@@ -269,6 +270,7 @@ def _ddd(race: Race) -> Chapter:
     threshold = float(ddd.settings.get("threshold", 0.0))
     limit = int(ddd.settings.get("max_draft_calls", 0))
     fixed = int(eagle2.settings.get("draft_calls", 0))
+    width = int(ddd.settings.get("beam_width", 0))
     steps = _decode(ddd)
     depths = Counter(s.draft_calls for s in steps)
     spread = ", ".join(f"{_n(d, 'level')} in {_n(depths[d], 'step')}" for d in sorted(depths))
@@ -278,8 +280,8 @@ def _ddd(race: Race) -> Chapter:
     go_on = not check.stop
     text = (f"EAGLE-2 drafts the same number of levels every step ({fixed} here), sure or unsure. **DDD** (Dynamic "
             f"Depth Decoding) decides per step. After each of its checked draft calls it measures the beam's "
-            f"confidence **H**: the log of the path probability that the {_n(int(ddd.settings.get('beam_width', 0)), 'candidate')} "
-            f"of the beam hold together (H ≤ 0). If H is below the **threshold** ({threshold:g} here: the beam holds "
+            f"confidence **H**: the log of the path probability that the {_n(width, 'candidate')} of the beam hold "
+            f"together (H ≤ 0). If H is below the **threshold** ({readable(threshold)} here: the beam holds "
             f"less than {math.exp(threshold):.0%} of the draft's probability) the next guesses are unlikely to be "
             f"accepted, so DDD stops and verifies; otherwise it drafts another level, at most {limit}.\n\n"
             f"In this race DDD drafted {spread} (figure, top: DDD's depth per step against EAGLE-2's fixed "
@@ -287,9 +289,9 @@ def _ddd(race: Race) -> Chapter:
     choices = ("Yes: it drafts another level", "No: it stops and verifies")
     question = Question(
         f"In step {step.index}, after {_n(check.call, 'draft call')}, H = {check.confidence:.2f} and the threshold "
-        f"is {threshold:g}. Will DDD draft another level?", choices, 0 if go_on else 1,
+        f"is {readable(threshold)}. Will DDD draft another level?", choices, 0 if go_on else 1,
         f"{'Yes' if go_on else 'No'}: H = {check.confidence:.2f} is {'at or above' if go_on else 'below'} "
-        f"{threshold:g}. What DDD did in that step, as the race's narration says it: "
+        f"{readable(threshold)}. What DDD did in that step, as the race's narration says it: "
         + why_depth(step, ddd, race))
     return Chapter(5, TITLES[4], text, depth_figure(race, current=step.index, height=FIGURE_HEIGHT + 80), question)
 
@@ -310,24 +312,26 @@ def _cost(race: Race) -> Chapter:
     text = (f"DDD's threshold is a number someone chose. The **cost rule** asks instead what a deeper tree is worth "
             f"on this machine. **E** is the number of draft tokens a tree is expected to get accepted (the sum of "
             f"its candidates' calibrated acceptance chances); **T** is the step's time counted in plain steps: 1 for "
-            f"the target's forward, {costs.draft_cost:g} per draft call, and where drafted tokens are verified "
-            f"{costs.verify_base:g} for a tree forward plus {costs.verify_cost:g} per extra verified token (this "
-            f"race's costs for {_machine(cost)}). A step makes E + 1 tokens in time T, so its rate is **(E + 1) / T** tokens per plain "
-            f"step, and one more level that adds dE tokens for dT time raises the rate exactly when "
-            f"**dE / dT > (E + 1) / T**.\n\n"
+            f"the target's forward, {readable(costs.draft_cost)} per draft call, and where drafted tokens are verified "
+            f"{readable(costs.verify_base)} for a tree forward plus {readable(costs.verify_cost)} per extra verified "
+            f"token (this race's costs for {_machine(cost)}). A step makes E + 1 tokens in time T, so its rate is "
+            f"**(E + 1) / T** tokens per plain step, and one more level that adds dE tokens for dT time raises the "
+            f"rate exactly when **dE / dT > (E + 1) / T**.\n\n"
             f"The prices decide the tree. After {_n(check.call, 'draft call')} of step {step.index} (figure) the best "
             f"tree verified {_n(verified, 'token')}: T = {cpu:.2f} plain steps at this race's costs, but {gpu:.2f} at "
-            f"a GPU's (a draft call {GPU_COSTS.draft_cost:g}, a tree forward {GPU_COSTS.verify_base:g} more than a "
-            f"one-token one, each verified token {GPU_COSTS.verify_cost:g}: assumed, not measured here). Where "
-            "verifying is nearly free, larger and deeper trees pay; where it costs, the rule keeps them small.")
+            f"a GPU's (a draft call {readable(GPU_COSTS.draft_cost)}, a tree forward {readable(GPU_COSTS.verify_base)} "
+            f"more than a one-token one, each verified token {readable(GPU_COSTS.verify_cost)}: assumed, not measured "
+            "here). Where verifying is nearly free, larger and deeper trees pay; where it costs, the rule keeps them "
+            "small.")
     drafts = deeper > rate if extra <= 0 else gain / extra > rate
     choices = ("Yes: it drafts another level", "No: it stops and verifies")
-    compare = (f"dE / dT = {gain:.3g} / {extra:.3g} = {gain / extra:.2f} {'>' if drafts else '≤'} {rate:.2f}"
-               if extra > 0 else f"(E + dE + 1) / (T + dT) = {deeper:.2f} {'>' if drafts else '≤'} {rate:.2f}")
+    sign = ">" if drafts else "≤"
+    compare = (f"dE / dT = {readable(gain)} / {readable(extra)} = {gain / extra:.2f} {sign} {rate:.2f}"
+               if extra > 0 else f"(E + dE + 1) / (T + dT) = {deeper:.2f} {sign} {rate:.2f}")
     question = Question(
         f"In step {step.index}, after {_n(check.call, 'draft call')}, the best tree expects E = {expected:.2f} "
-        f"accepted tokens in T = {time:.2f} plain steps. One more level is forecast to add dE = {gain:.3g} tokens "
-        f"for dT = {extra:.3g} steps. Does the cost rule draft it?", choices, 1 if check.stop else 0,
+        f"accepted tokens in T = {time:.2f} plain steps. One more level is forecast to add dE = {readable(gain)} "
+        f"tokens for dT = {readable(extra)} steps. Does the cost rule draft it?", choices, 1 if check.stop else 0,
         f"{'No' if check.stop else 'Yes'}: (E + 1) / T = {rate:.2f} tokens per plain step now, and {compare}. "
         "What the rule did in that step, as the race's narration says it: " + why_depth(step, cost, race))
     figure = tree_figure(step, cost, show="verified", height=FIGURE_HEIGHT,
@@ -362,8 +366,8 @@ def _honest(race: Race, result: Any, example: str) -> Chapter:
     replay = ddd_whatif(ddd, threshold, ddd.settings.get("check_steps", "all"), time_costs=own_costs(race.get("cost")))
     calls = [s.calls for s in replay.steps if s.recorded_calls]
     try_it = TryIt(example, threshold, (
-        f"**Try it live.** The link opens this race in the app with its prompt filled in and DDD's threshold set to "
-        f"{threshold:g}, where its depth varies most: replayed at {threshold:g} (the What if panel under the race) "
+        f"**Try it live.** In the app, race this prompt again with DDD's threshold at {readable(threshold)}, where "
+        f"its depth varies most: replayed at {readable(threshold)} (the What if panel under the race) "
         f"this race's DDD would draft between {min(calls)} and {max(calls)} levels a step"
         + (f" (in {_n(replay.bounds, 'step')} deeper than the race drafted, so at least that deep)"
            if replay.bounds else "") +

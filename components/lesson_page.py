@@ -7,14 +7,15 @@ reply rendered here, so the page's script composes no text. A chapter is reached
 """
 from __future__ import annotations
 
-from pathlib import Path
-
 from .embed import figure_json, markdown_html, script_json
-from .lesson import Lesson
+from .lesson import Lesson, build_lesson, lesson_race
+from .race import Race
 from .tokens import escape
 
 LESSON_FILE = "lesson.html"
-PAGE = Path(__file__).with_name("static_player") / "lesson.html"
+# The static page's way in, under its intro.
+LESSON_LINK = (f'<p class="lesson-link"><a href="{LESSON_FILE}" id="lesson-link">New to speculative decoding? The '
+               'lesson: seven short chapters on one of these races ›</a></p>')
 CSP = ("default-src 'none'; script-src 'self' 'unsafe-inline'; style-src 'self' 'unsafe-inline'; "
        "img-src 'self' data: blob:; font-src 'self' data:; connect-src 'none'; base-uri 'none'; form-action 'none'")
 
@@ -49,8 +50,156 @@ def lesson_html(lesson: Lesson, *, plotly_src: str | None = None, plotly_js: str
         "<!--@BACK@-->": f'<a class="back" href="{escape(back)}">‹ the recorded races</a>' if back else "",
         "<!--@PLOTLY@-->": plotly, "/*@DATA@*/": script_json(lesson_data(lesson, live)),
     }
-    page = PAGE.read_text(encoding="utf-8")
+    page = PAGE
     for mark, value in parts.items():
         assert page.count(mark) == 1, mark
         page = page.replace(mark, value)
     return page
+
+
+def static_lesson(races: list[tuple[str, Race]], plotly_src: str) -> str | None:
+    """lesson.html for the static page, beside its index.html and plotly (`plotly_src`): the lesson of the first of
+    `races` (key, race) that holds every method the lesson reads; None without one."""
+    found = lesson_race(races)
+    if found is None:
+        return None
+    return lesson_html(build_lesson(found[1], found[0]), plotly_src=plotly_src, back="index.html")
+
+
+# The page, here rather than beside the static player: an exported app Space carries the modules the app imports and
+# nothing else (explorer/deploy.py), and its hand-out is made from this.
+PAGE = """<!doctype html>
+<html lang="en">
+<head>
+<meta charset="utf-8">
+<meta name="viewport" content="width=device-width, initial-scale=1">
+<!-- Nothing leaves the page: scripts and styles come from this folder or this file, nothing is fetched. -->
+<meta http-equiv="Content-Security-Policy" content="@CSP@">
+<title>@TITLE@</title>
+<style>
+body { margin: 0; background: #f8fafc; color: #0f172a; font-family: Inter, system-ui, -apple-system, "Segoe UI",
+  Roboto, sans-serif; font-size: 15px; line-height: 1.55; }
+main { max-width: 1100px; margin: 0 auto; padding: 16px 20px 40px; }
+h1 { font-size: 22px; margin: 0 0 6px; }
+h2 { font-size: 19px; margin: 8px 0; }
+.back { font-size: 13px; }
+#intro { color: #334155; }
+nav ol { display: flex; flex-wrap: wrap; gap: 6px; list-style: none; padding: 0; margin: 10px 0; }
+nav a { display: block; padding: 4px 10px; border-radius: 14px; background: #f1f5f9; color: #0f172a;
+  text-decoration: none; font-size: 13px; border: 1px solid #e2e8f0; }
+nav a[aria-current="true"] { background: #7c3aed; color: #fff; border-color: #7c3aed; }
+.chapter { background: #fff; border: 1px solid #e2e8f0; border-radius: 8px; padding: 6px 16px 14px; }
+.figure { margin: 8px 0; min-height: 200px; }
+.question { border-left: 4px solid #7c3aed; background: #f5f3ff; padding: 6px 12px; border-radius: 6px; }
+.question p { margin: 6px 0; }
+.question label { display: block; margin: 4px 0; cursor: pointer; }
+.reply { margin-top: 8px; border-left: 4px solid #16a34a; background: #f0fdf4; padding: 4px 10px; border-radius: 4px; }
+.reply[hidden] { display: none; }
+.try { margin-top: 12px; border-left: 4px solid #f59e0b; background: #fffbeb; padding: 4px 10px; border-radius: 4px; }
+.steps { display: flex; justify-content: space-between; margin-top: 12px; font-size: 14px; }
+@media (max-width: 600px) { main { padding: 10px; } .chapter { padding: 4px 10px 10px; }
+  .js-plotly-plot .modebar-container { display: none !important; } }
+</style>
+</head>
+<body>
+<main>
+<!--@BACK@-->
+<h1 id="title"></h1>
+<div id="intro"><!--@INTRO@--></div>
+<nav aria-label="chapters"><ol id="chapters"></ol></nav>
+<article class="chapter" id="chapter">
+  <h2 id="chapter-title"></h2>
+  <div id="chapter-text"></div>
+  <div id="chapter-figure" class="figure"></div>
+  <form class="question" id="question">
+    <div id="question-ask"></div>
+    <div id="question-choices"></div>
+    <div id="question-reply" class="reply" hidden></div>
+  </form>
+  <div id="try-it" class="try" hidden></div>
+  <div class="steps"><a id="previous" href="#">‹ previous chapter</a><a id="next" href="#">next chapter ›</a></div>
+</article>
+</main>
+<!--@PLOTLY@-->
+<script type="application/json" id="lesson">/*@DATA@*/</script>
+<script>
+"use strict";
+(function () {
+  // Texts come rendered and escaped from Python (components/lesson_page.py); choices and titles are set as text.
+  const data = JSON.parse(document.getElementById("lesson").textContent);
+  const chapters = data.chapters;
+  const $ = (id) => document.getElementById(id);
+  $("title").textContent = document.title;
+
+  chapters.forEach((chapter) => {
+    const item = document.createElement("li");
+    const link = document.createElement("a");
+    link.href = "#" + chapter.anchor;
+    link.textContent = chapter.number + ". " + chapter.title;
+    link.id = "nav-" + chapter.anchor;
+    item.appendChild(link);
+    $("chapters").appendChild(item);
+  });
+
+  function wanted() {
+    const name = decodeURIComponent(window.location.hash.slice(1));
+    const found = chapters.findIndex((c) => c.anchor === name);
+    return found < 0 ? 0 : found;
+  }
+
+  function show(index) {
+    const chapter = chapters[index];
+    chapters.forEach((c, i) => $("nav-" + c.anchor).setAttribute("aria-current", String(i === index)));
+    $("chapter").dataset.chapter = String(chapter.number);
+    $("chapter-title").textContent = chapter.number + ". " + chapter.title;
+    $("chapter-text").innerHTML = chapter.html;
+    $("question-ask").innerHTML = chapter.ask;
+    const choices = $("question-choices");
+    choices.replaceChildren();
+    chapter.choices.forEach((text, i) => {
+      const label = document.createElement("label");
+      const input = document.createElement("input");
+      input.type = "radio";
+      input.name = "answer";
+      input.value = String(i);
+      input.addEventListener("change", () => {
+        $("question-reply").innerHTML = chapter.replies[i];
+        $("question-reply").hidden = false;
+      });
+      label.appendChild(input);
+      label.appendChild(document.createTextNode(" " + text));
+      choices.appendChild(label);
+    });
+    $("question-reply").hidden = true;
+    $("question-reply").replaceChildren();
+    const tryIt = $("try-it");
+    tryIt.hidden = !chapter.tryIt;
+    tryIt.innerHTML = chapter.tryIt;
+    if (chapter.link) {
+      const link = document.createElement("a");
+      link.href = chapter.link;
+      link.id = "try-link";
+      link.textContent = "Open it in the race ›";
+      tryIt.appendChild(link);
+    }
+    $("previous").hidden = index === 0;
+    $("next").hidden = index === chapters.length - 1;
+    $("previous").href = "#" + chapters[Math.max(index - 1, 0)].anchor;
+    $("next").href = "#" + chapters[Math.min(index + 1, chapters.length - 1)].anchor;
+    const figure = JSON.parse(chapter.figure);
+    const layout = Object.assign({}, figure.layout || {}, {autosize: true});
+    delete layout.width;
+    // Plotly sizes a responsive figure to its element: the element takes the figure's own height.
+    $("chapter-figure").style.height = (layout.height || 450) + "px";
+    window.Plotly.react($("chapter-figure"), figure.data || [], layout,
+                        {responsive: true, displaylogo: false, displayModeBar: "hover"});
+  }
+
+  $("question").addEventListener("submit", (event) => event.preventDefault());
+  window.addEventListener("hashchange", () => { show(wanted()); $("chapter").scrollIntoView(); });
+  show(wanted());
+})();
+</script>
+</body>
+</html>
+"""

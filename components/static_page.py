@@ -27,6 +27,7 @@ from .about import about_markdown
 from .answer import LEGEND, answer_html, counters_html
 from .charts import METHOD_COLORS, SUMMARY_HEADERS, summary_rows, timeline_figure
 from .embed import figure_json, markdown_html, script_json
+from .lesson_page import LESSON_FILE, LESSON_LINK, static_lesson
 from .race import (COLUMN_METHODS, COST_METHOD, DROPPED_SHOWN, METHOD_LABELS, RACE_FORMAT, RACE_METHODS, RACE_VERSION,
                    TREE_METHODS, Race)
 from .runcheck import MAX_PROMPT_TOKENS, MAX_TOKENS, MIN_STEP_MS, MIN_STEP_RATIO, SHARED, TOLERANCE, WEIGHED, Shape
@@ -166,13 +167,15 @@ def constants() -> dict[str, Any]:
     }
 
 
-def page_html(races: list[tuple[str, Race]]) -> str:
-    """index.html: the player, with every race's views (`races`: key, race) embedded."""
+def page_html(races: list[tuple[str, Race]], lesson: bool = False) -> str:
+    """index.html: the player, with every race's views (`races`: key, race) embedded; `lesson`: with a link to the
+    lesson beside it."""
     data = {"constants": constants(),
             "races": [{"key": key, "title": race.title or key, "data": encode(race_bundle(race))} for key, race in races]}
     template = (PLAYER / "page.html").read_text(encoding="utf-8")
     parts = {"/*@CSS@*/": CSS + (PLAYER / "player.css").read_text(encoding="utf-8"),
              "<!--@LEGEND@-->": LEGEND, "/*@DATA@*/": script_json(data),
+             "<!--@LESSON@-->": LESSON_LINK if lesson else "",
              "/*@PLAYER@*/": (PLAYER / "player.js").read_text(encoding="utf-8"), "@PLOTLY@": PLOTLY_JS}
     for mark, value in parts.items():
         assert template.count(mark) == 1, mark
@@ -181,11 +184,16 @@ def page_html(races: list[tuple[str, Race]]) -> str:
 
 
 def write_static_page(folder: Path, paths: list[Path]) -> list[Path]:
-    """index.html replaying the races in `paths`, and plotly.js beside it; returns the files written."""
+    """index.html replaying the races in `paths`, plotly.js beside it and the lesson (lesson.html) where a race holds
+    what it reads; returns the files written."""
     races = [(path.stem, load_race(path)) for path in paths]  # in the app's order: by file name
     folder.mkdir(parents=True, exist_ok=True)
+    lesson = static_lesson(races, PLOTLY_JS)
     index = folder / "index.html"
-    index.write_text(page_html(races), encoding="utf-8")
+    index.write_text(page_html(races, lesson is not None), encoding="utf-8")
     plotly_js = folder / PLOTLY_JS
     plotly_js.write_text(get_plotlyjs(), encoding="utf-8")
-    return [index, plotly_js]
+    if lesson is None:
+        return [index, plotly_js]
+    (folder / LESSON_FILE).write_text(lesson, encoding="utf-8")
+    return [index, plotly_js, folder / LESSON_FILE]

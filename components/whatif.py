@@ -7,8 +7,8 @@ from typing import Any
 
 import plotly.graph_objects as go
 
-from ddd.numbers import readable
 from ddd.costs import StepCosts
+from ddd.numbers import readable
 from ddd.trace import RunTrace
 from ddd.whatif import WhatIf
 

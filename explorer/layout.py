@@ -15,6 +15,7 @@ from components.widgets import CheckedNumber, CheckedSlider
 from ddd.settings import METHOD_DECLARATIONS, Setting
 
 from .examples import EXAMPLE_PROMPTS
+from .lesson import place as place_lesson
 from .presets import PRESET_NAMES, PRESETS, widget_values
 
 INTRO = """# DDD Explorer
@@ -65,6 +66,7 @@ def layout(examples: list[str], precisions: list[str], precision: str, preset: s
     ui["session"] = gr.State(new_session, delete_callback=close_session)
     ui["playing"] = gr.State(False)
     gr.Markdown(INTRO, elem_id="intro")
+    place_lesson(ui)  # the lesson: a button here, its panel closed until asked for
     with gr.Row(equal_height=False):
         with gr.Column(scale=3):
             ui["prompt"] = gr.Textbox(label="Prompt", lines=3, max_lines=8, elem_id="prompt",

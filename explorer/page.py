@@ -16,6 +16,7 @@ from components.race import TREE_METHODS
 from .choosing import ModelMenu, menu_items
 from .examples import ExampleShelf
 from .layout import COLUMNS, COST_PARTS, RACE_OUTPUTS, SETTINGS, STEP_OUTPUTS, Ui, layout
+from .lesson import LINK_OUTPUTS, LessonPanel, wire as wire_lesson
 from .models import Models
 from .presets import PRESET_FIELDS, default_preset
 from .racing import device_measure, device_race
@@ -79,6 +80,7 @@ class Page:
     viewer: Viewer
     runner: Runner
     menu: ModelMenu
+    lesson: LessonPanel
 
 
 def build_page(models: Models, shelf: ExampleShelf, sessions: Sessions | None = None) -> Page:
@@ -91,7 +93,9 @@ def build_page(models: Models, shelf: ExampleShelf, sessions: Sessions | None = 
         place_whatif(ui)  # under the race, the page's last part
         viewer = Viewer(ui, sessions, shelf)
         runner = Runner(ui, models, sessions, viewer, device_race(models), device_measure(models))
-        _wire_viewing(demo, ui, viewer)
+        lesson = LessonPanel(ui, shelf)
+        _wire_viewing(demo, ui, viewer, lesson)
+        wire_lesson(ui, lesson)
         menu = ModelMenu(ui, models)
         # A choice only reads the model's config (to check it fits): it never waits behind a race.
         ui["choose"].click(menu.choose, ui.of(["model_menu", "model_id", "head_id", "session"]),
@@ -100,14 +104,16 @@ def build_page(models: Models, shelf: ExampleShelf, sessions: Sessions | None = 
         _wire_running(ui, runner, menu)
         wire_whatif(ui, WhatIfPanel(ui))
     demo.queue(default_concurrency_limit=4, max_size=QUEUE_SIZE)
-    return Page(demo, ui, viewer, runner, menu)
+    return Page(demo, ui, viewer, runner, menu, lesson)
 
 
-def _wire_viewing(demo: gr.Blocks, ui: Ui, viewer: Viewer) -> None:
+def _wire_viewing(demo: gr.Blocks, ui: Ui, viewer: Viewer, lesson: LessonPanel) -> None:
     view_inputs = ui.of(["shade", "mode", "session"])
     race_outputs, step_outputs = ui.of(RACE_OUTPUTS), ui.of(STEP_OUTPUTS)
     play_outputs = ui.of(["playing", "timer", "play", "slider"])
-    demo.load(viewer.load_example, [ui["example"], *view_inputs], race_outputs, api_name="open_example")
+    # A link may name a lesson chapter, an example, its prompt and threshold (explorer/lesson.py): read first.
+    opened = demo.load(lesson.from_link, None, ui.of(LINK_OUTPUTS), api_name=False, show_progress="hidden")
+    opened.then(viewer.load_example, [ui["example"], *view_inputs], race_outputs, api_name="open_example")
     ui["example"].input(viewer.load_example, [ui["example"], *view_inputs], race_outputs, api_name=False)
     ui["upload"].upload(viewer.load_file, [ui["upload"], *view_inputs], race_outputs, api_name="load_file")
     ui["shade"].input(viewer.reshade, ui.of(["shade", "slider", "session"]),

@@ -99,7 +99,7 @@ def test_the_folder_holds_the_space_and_nothing_else(spaces, kind):
     assert not [n for n in names if "__pycache__" in n or n.endswith((".pyc", ".pyi")) or ".partial" in n]
     assert not [n for n in names if n.startswith(("ddd/train/", "components/static_player/"))]
     if kind == "static":
-        assert names == [".gitattributes", "README.md", "index.html", "plotly.min.js"]
+        assert names == [".gitattributes", "README.md", "index.html", "lesson.html", "plotly.min.js"]
         return
     assert {n.split("/")[0] for n in names} <= SERVED
     assert {n.split("/")[1] for n in names if n.startswith("assets/")} == {"head", "examples"}

@@ -1,0 +1,103 @@
+"""The lesson (components/lesson.py) reads its numbers and answers from the shipped race it is built from: change
+the race's recorded numbers and the sentences and answers change with them."""
+from __future__ import annotations
+
+import copy
+import re
+import statistics
+from pathlib import Path
+
+import pytest
+
+from components import load_race
+from components.lesson import LESSON_METHODS, TITLES, build_lesson, lesson_race
+from components.lesson_page import lesson_html
+from tests.bad_inputs import PAYLOADS
+
+EXAMPLES = sorted((Path(__file__).resolve().parents[1] / "assets" / "examples").glob("*.json"))
+
+
+@pytest.fixture(scope="module")
+def shipped():
+    found = lesson_race((p.stem, load_race(p)) for p in EXAMPLES)
+    assert found is not None, f"no shipped example races {', '.join(LESSON_METHODS)}"
+    return found
+
+
+def timed(race, method, factor):
+    """`race` with every step of `method` taking `factor` times as long."""
+    race = copy.deepcopy(race)
+    for step in race.traces[method].steps:
+        step.draft_ms, step.verify_ms, step.other_ms = (t * factor for t in (step.draft_ms, step.verify_ms,
+                                                                               step.other_ms))
+    return race
+
+
+def test_seven_chapters_in_order_each_with_a_figure_and_a_question(shipped):
+    lesson = build_lesson(shipped[1], shipped[0])
+    assert [c.title for c in lesson.chapters] == list(TITLES)
+    for chapter in lesson.chapters:
+        assert chapter.figure.data, chapter.title
+        assert 0 <= chapter.question.answer < len(chapter.question.choices) and chapter.question.why
+    assert lesson.chapters[-1].try_it.query().startswith(f"?example={shipped[0]}&threshold=")
+
+
+def test_plain_decodings_numbers_come_from_its_steps(shipped):
+    key, race = shipped
+    slower = timed(race, "plain", 3.0)
+    for run in (race, slower):
+        median = statistics.median(s.ms for s in run.traces["plain"].steps if not s.prefill)
+        chapter = build_lesson(run, key).chapters[0]
+        assert f"a median of {median:.0f} ms each" in chapter.text and f"{median:.0f} ms a forward" in chapter.question.why
+
+
+@pytest.mark.parametrize("factor, answer", [(0.2, "EAGLE's static tree"), (5.0, "EAGLE-2's smaller tree")])
+def test_which_tree_was_faster_is_read_from_the_race(shipped, factor, answer):
+    key, race = shipped
+    question = build_lesson(timed(race, "eagle", factor), key).chapters[2].question
+    assert question.choices[question.answer] == answer
+
+
+@pytest.mark.parametrize("factor, answer", [(0.1, "DDD was faster than EAGLE-2"), (10.0, "EAGLE-2 was faster than DDD")])
+def test_the_verdict_question_follows_the_measured_times(shipped, factor, answer):
+    key, race = shipped
+    question = build_lesson(timed(race, "ddd", factor), key).chapters[6].question
+    assert question.choices[question.answer] == answer
+
+
+@pytest.mark.parametrize("stop", [True, False])
+def test_ddds_question_asks_about_a_recorded_check_and_answers_with_it(shipped, stop):
+    key, race = shipped
+    race = copy.deepcopy(race)
+    question = build_lesson(race, key).chapters[4].question
+    step_index = int(re.search(r"In step (\d+)", question.ask).group(1))
+    step = next(s for s in race.traces["ddd"].steps if s.index == step_index)
+    threshold = float(race.traces["ddd"].settings["threshold"])
+    check = step.checks[0]
+    check.confidence, check.stop = (threshold - 0.37, True) if stop else (threshold + 0.01, False)
+    changed = build_lesson(race, key).chapters[4].question
+    assert f"H = {check.confidence:.2f}" in changed.ask
+    assert changed.choices[changed.answer].startswith("No" if stop else "Yes")
+
+
+def test_every_text_from_the_race_is_escaped_on_the_page(shipped):
+    key, race = shipped
+    race = copy.deepcopy(race)
+    for trace in race.traces.values():
+        trace.prompt = PAYLOADS[0]
+        for step in trace.steps:
+            step.bonus_text = PAYLOADS[1]
+            for node in step.pool:
+                node.text = PAYLOADS[3]
+    race.title = PAYLOADS[2]
+    page = lesson_html(build_lesson(race, key), plotly_src="plotly.min.js")
+    for payload in PAYLOADS:
+        assert payload not in page
+    assert not re.search(r"<(img|svg|iframe)\b|href=.?javascript", page)
+
+
+def test_a_reply_says_whether_the_choice_was_right_then_why(shipped):
+    question = build_lesson(shipped[1], shipped[0]).chapters[1].question
+    wrong = next(i for i in range(len(question.choices)) if i != question.answer)
+    assert question.reply(question.answer).startswith("**Right.**")
+    assert question.reply(wrong).startswith("**Not quite") and question.why in question.reply(wrong)

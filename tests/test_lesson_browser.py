@@ -1,0 +1,137 @@
+"""The lesson in headless Chromium, in the app and in the static page opened from disk with the network off: every
+chapter's figure draws, its question takes an answer and shows why, chapter links work, no console error.
+With DDD_LESSON_SHOTS set to a folder, each chapter is saved there at 1440 and 400 px wide."""
+from __future__ import annotations
+
+import base64
+import json
+import os
+import time
+from pathlib import Path
+
+import pytest
+
+from components.lesson import TITLES
+from components.static_page import write_static_page
+from tests.test_browser import CHROMIUM, INJECTED, text_of
+from tests.test_static_page import EXAMPLES, RecordingBrowser
+
+pytestmark = [pytest.mark.slow,
+              pytest.mark.skipif(not CHROMIUM.exists(), reason="needs Debian's chromium at /usr/bin/chromium")]
+
+SHOTS = os.environ.get("DDD_LESSON_SHOTS")
+WIDTHS = (1440, 400)
+
+
+def shoot(browser: RecordingBrowser, name: str) -> None:
+    """The page at each width, whole, into SHOTS (when set)."""
+    if not SHOTS:
+        return
+    for width in WIDTHS:
+        browser.send("Emulation.setDeviceMetricsOverride", {"width": width, "height": 1000, "deviceScaleFactor": 1,
+                                                            "mobile": width < 600})
+        time.sleep(1.5)
+        height = int(browser.js("Math.ceil(document.documentElement.scrollHeight)") or 1000)
+        browser.send("Emulation.setDeviceMetricsOverride", {"width": width, "height": min(height, 8000),
+                                                            "deviceScaleFactor": 1, "mobile": width < 600})
+        time.sleep(1.5)
+        data = browser.send("Page.captureScreenshot", {"format": "png", "captureBeyondViewport": True})["data"]
+        Path(SHOTS).mkdir(parents=True, exist_ok=True)
+        (Path(SHOTS) / f"{name}-{width}.png").write_bytes(base64.b64decode(data))
+    browser.send("Emulation.setDeviceMetricsOverride", {"width": 1440, "height": 1000, "deviceScaleFactor": 1,
+                                                        "mobile": False})
+
+
+def recording(path: Path) -> RecordingBrowser:
+    browser = RecordingBrowser(path)
+    browser.open("about:blank")
+    for domain in ("Runtime", "Log", "Network"):
+        browser.send(f"{domain}.enable")
+    return browser
+
+
+def test_the_static_pages_lesson_from_disk(tmp_path):
+    folder = tmp_path / "static"
+    write_static_page(folder, EXAMPLES)
+    browser = recording(tmp_path / "profile")
+    try:
+        browser.send("Network.emulateNetworkConditions", {"offline": True, "latency": 0, "downloadThroughput": -1,
+                                                          "uploadThroughput": -1})
+        browser.send("Page.navigate", {"url": (folder / "index.html").as_uri()})
+        browser.wait_for("!!document.querySelector('#lesson-link')", 60, "the static page's link to the lesson")
+        browser.js("document.querySelector('#lesson-link').click()")
+        browser.wait_for(f"{text_of('chapter-title')}.startsWith('1. ')", 60, "the lesson's first chapter")
+        for number, title in enumerate(TITLES, 1):
+            browser.js(f"document.querySelector('#nav-chapter-{number}').click()")
+            browser.wait_for(f"{text_of('chapter-title')} === {json.dumps(f'{number}. {title}')}", 20, f"chapter {number}")
+            assert browser.js("location.hash") == f"#chapter-{number}"
+            browser.wait_for("document.querySelectorAll('#chapter-figure .trace').length > 0", 20, "the figure")
+            assert browser.js("document.querySelector('#question-reply').hidden")
+            browser.js("document.querySelector('#question-choices input').click()")
+            browser.wait_for("!document.querySelector('#question-reply').hidden", 10, "the reply")
+            assert browser.js(text_of("question-reply")).startswith(("Right.", "Not quite"))
+            shoot(browser, f"static-{number}")
+        assert browser.js("!document.querySelector('#try-it').hidden")
+        # A chapter's own link opens it.
+        browser.send("Page.navigate", {"url": (folder / "lesson.html").as_uri() + "#chapter-4"})
+        browser.wait_for(f"{text_of('chapter-title')}.startsWith('4. ')", 20, "chapter 4 by its link")
+        assert browser.js(INJECTED) == []
+        assert browser.problems() == []
+        assert all(url.startswith(("file://", "data:", "blob:")) for url in browser.requests())
+    finally:
+        browser.close()
+
+
+def test_the_apps_lesson_panel(app_server, tmp_path):
+    browser = recording(tmp_path / "profile")
+    try:
+        # The first screen's button opens the lesson at chapter 1; Next walks the others.
+        browser.send("Page.navigate", {"url": app_server.url})
+        browser.wait_for("!!document.querySelector('#lesson-open')", 90, "the lesson's button")
+        browser.js("document.querySelector('#lesson-open').click()")
+        browser.wait_for(f"{text_of('lesson-text')}.includes('1. Why plain decoding is slow')", 60, "chapter 1")
+        for number in range(1, len(TITLES) + 1):
+            if number > 1:
+                browser.js("document.querySelector('#lesson-next').click()")
+                browser.wait_for(f"{text_of('lesson-text')}.includes({json.dumps(f'{number}. {TITLES[number - 1]}')})",
+                                 30, f"chapter {number}")
+            browser.wait_for("document.querySelectorAll('#lesson-figure .trace').length > 0", 30, "the figure")
+            browser.wait_for("document.querySelectorAll('#lesson-answer input[type=radio]').length > 1", 30, "choices")
+            browser.js("document.querySelector('#lesson-answer input[type=radio]').click()")
+            browser.wait_for(f"/^(Right|Not quite)/.test({text_of('lesson-reply')}.trim())", 30, "the reply")
+            shoot(browser, f"app-{number}")
+        link = browser.js("document.querySelector('#lesson-try a')?.getAttribute('href') || ''")
+        assert link.startswith("?example=") and "&threshold=" in link
+        # The hand-out: one file that draws its figures from disk with the network off.
+        downloads = tmp_path / "downloads"
+        browser.send("Browser.setDownloadBehavior", {"behavior": "allow", "downloadPath": str(downloads)}, session=False)
+        browser.js("document.querySelector('#lesson-file').click()")
+        handout = downloads / "ddd-explorer-lesson.html"
+        deadline = time.monotonic() + 60
+        while not handout.exists() and time.monotonic() < deadline:
+            time.sleep(0.5)
+        assert handout.exists(), sorted(p.name for p in downloads.glob("*"))
+        browser.send("Network.emulateNetworkConditions", {"offline": True, "latency": 0, "downloadThroughput": -1,
+                                                          "uploadThroughput": -1})
+        browser.send("Page.navigate", {"url": handout.as_uri() + "#chapter-6"})
+        browser.wait_for(f"{text_of('chapter-title')}.startsWith('6. ')", 30, "the hand-out's chapter 6")
+        browser.wait_for("document.querySelectorAll('#chapter-figure .trace').length > 0", 30, "its figure")
+        browser.send("Network.emulateNetworkConditions", {"offline": False, "latency": 0, "downloadThroughput": -1,
+                                                          "uploadThroughput": -1})
+        # A chapter's link opens the lesson there.
+        browser.send("Page.navigate", {"url": app_server.url + "?chapter=4"})
+        browser.wait_for(f"{text_of('lesson-text')}.includes('4. EAGLE-2')", 90, "chapter 4 by its link")
+        # The last chapter's link: its example shown, its prompt and DDD's threshold filled in.
+        browser.send("Page.navigate", {"url": app_server.url + link})
+        prompt = "document.querySelector('#prompt textarea')?.value || ''"
+        browser.wait_for(f"({prompt}).includes('17 * 24')", 90, "the example's prompt")
+        threshold = link.split("threshold=")[1]
+        browser.js("[...document.querySelectorAll('button')].find(b => b.innerText.trim().startsWith('Settings'))"
+                   "?.click()")
+        field = ("[...document.querySelectorAll('label')].find(l => l.innerText.includes('threshold on H'))"
+                 "?.closest('.block')?.querySelector('input[type=number]')")
+        browser.wait_for(f"Number(({field})?.value) === {float(threshold)}", 30, "the threshold")
+        assert browser.js(INJECTED) == []
+        assert [p for p in browser.problems() if "favicon" not in p] == []
+    finally:
+        browser.close()
