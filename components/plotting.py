@@ -10,7 +10,9 @@ FONT = dict(family="Inter, system-ui, sans-serif", size=12, color="#0f172a")
 
 
 def figure(data: list[dict[str, Any]], layout: dict[str, Any]) -> go.Figure:
-    base = dict(template="plotly_white", font=FONT, paper_bgcolor="white", plot_bgcolor="white")
+    # The toolbar stands down the right edge: across the top it covered the end of the figures' titles.
+    base = dict(template="plotly_white", font=FONT, paper_bgcolor="white", plot_bgcolor="white",
+                modebar=dict(orientation="v", bgcolor="rgba(255,255,255,0.8)"))
     base.update(layout)
     return go.Figure({"data": data, "layout": base}, _validate=False)
 

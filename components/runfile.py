@@ -68,6 +68,9 @@ def _size(n: int) -> str:
 def read_json(path: Path, limits: FileLimits = LIMITS) -> Any:
     """The JSON value in `path` (plain or gzipped), read within the size limits."""
     name = path.name
+    if not _is_text(str(path)):  # a lone surrogate ("\ud800.json") names no file any system can open
+        raise RaceFileError(f"{excerpt(name)} is not a file name this server can open: it holds an invalid character "
+                            "(a lone surrogate). Rename the file and load it again.")
     try:
         size = path.stat().st_size
         if not path.is_file():
@@ -100,6 +103,14 @@ def read_json(path: Path, limits: FileLimits = LIMITS) -> Any:
         raise RaceFileError(f"{name} is not a recorded run: its JSON is nested too deeply.") from err
     except ValueError as err:  # JSONDecodeError, and integers longer than Python's digit limit
         raise RaceFileError(f"{name} is not a readable JSON file: {err}.") from err
+
+
+def _is_text(value: str) -> bool:
+    try:
+        value.encode("utf-8")
+    except UnicodeEncodeError:
+        return False
+    return True
 
 
 def load_race(path: str | Path, limits: FileLimits = LIMITS) -> Race:

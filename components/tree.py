@@ -183,8 +183,9 @@ def tree_figure(step: Step | None, trace: RunTrace | None = None, *, show: str =
         height = int(min(max(14 * max(per_level.values()) + 150, 440), 900))
     traces = _edge_traces(graph, pos) + _node_traces(graph, pos, per_level)
     if ghost:
+        why = "the context was full" if step.context_cut else f"{method} stopped"
         traces.append(dict(type="scatter", meta="ghost", x=[None], y=[None], mode="markers",
-                         name="levels not drafted (DDD stopped)",
+                         name=f"levels not drafted ({why})",
                          marker=dict(symbol="square", size=12, color=GHOST_COLOR, line=dict(color=GHOST_LINE, width=1))))
     last = levels + (0.7 + GHOST_WIDTH if ghost else 0.7)
     return figure(traces, dict(

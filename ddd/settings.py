@@ -14,6 +14,7 @@ import re
 import textwrap
 from collections.abc import Mapping
 from dataclasses import asdict, dataclass, field, make_dataclass
+from decimal import Decimal
 from typing import Any, ClassVar
 
 # Precision modes for target and head (int8: CPU only, see ddd/precision.py).
@@ -61,8 +62,9 @@ def shown(value: Any) -> str:
         if value.bit_length() > 100:
             return f"a number of about {value.bit_length() * 0.30103:,.0f} digits"
         return str(value)
-    if isinstance(value, float):
-        return f"{value:g}"
+    if isinstance(value, float):  # as sent: the shortest digits that read back as it ("1.0000001", never "1")
+        text = repr(value)
+        return format(Decimal(text), "f") if "e" in text and 1e-20 < abs(value) < 1e20 else text
     if isinstance(value, str):
         if _WHOLE.fullmatch(value.strip()) and len(value.strip()) > MAX_DIGITS:
             return f"a number of {len(value.strip().lstrip('+-')):,} digits"

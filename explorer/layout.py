@@ -19,16 +19,20 @@ from .lesson import place as place_lesson
 from .presets import PRESET_NAMES, PRESETS, widget_values
 
 INTRO = """# DDD Explorer
-**What you are seeing:** one model answers your prompt three ways. Plain decoding makes one token per forward pass.
-**EAGLE-2** drafts a tree of guesses with a small head and lets the model check them all in one pass; **DDD** does the same
-but chooses how deep to draft from the draft's own confidence. The headline says who was faster and whether it was more than noise."""
+**What you are seeing:** one model answers your prompt three ways (four with the cost rule, switched on in Settings).
+Plain decoding makes one token per forward pass. **EAGLE-2** drafts a tree of guesses with a small head and lets the model
+check them all in one pass; **DDD** does the same but chooses how deep to draft from the draft's own confidence; the
+**cost rule** drafts as deep as this machine's costs make pay. The headline says who was faster and whether it was more
+than noise."""
 PRECISION_INFO = ("int8 (CPU only): verifying a tree costs least, so speculative decoding pays most; its answers "
                   "differ from float32's. bfloat16 runs slower on most CPUs. Every method of the race uses the one "
                   "chosen.")
 TREE_MODES = {"verified + best dropped": "shown", "verified only": "verified", "whole candidate pool": "all"}
 REPLAY_SPEEDS = ["0.5×", "1×", "2×", "4×"]
 COST_INFO = ("a fourth column, the cost rule (see About): it drafts as deep and verifies as many tokens as this machine's "
-             "costs make pay; it takes the beam width, max draft calls and total tokens above")
+             "costs make pay, with the beam width, max draft calls and total tokens above")
+# Wide enough that a label and its help text wrap to a few lines: a row of narrower widgets wraps onto the next line.
+WIDGET_WIDTH = 240
 
 
 def column_outputs(methods: tuple[str, ...]) -> list[str]:
@@ -131,11 +135,10 @@ def _settings(ui: Ui, precisions: list[str], precision: str, preset_name: str, m
     with gr.Row():
         for setting in [s for s in TREE_SETTINGS if s in raced and s not in shared]:
             ui[setting.name] = widget(setting, preset[setting.name])
-    with gr.Row():
-        ui[COST_SWITCH] = gr.Checkbox(False, label=COST_SWITCH_LABEL, info=COST_INFO, elem_id="race-cost")
-        with gr.Row(visible=False) as ui["cost_settings"]:
-            for setting in [s for s in TREE_SETTINGS if s not in raced]:
-                ui[setting.name] = widget(setting, preset[setting.name])
+    ui[COST_SWITCH] = gr.Checkbox(False, label=COST_SWITCH_LABEL, info=COST_INFO, elem_id="race-cost")
+    with gr.Row(visible=False, elem_id="cost-settings") as ui["cost_settings"]:
+        for setting in [s for s in TREE_SETTINGS if s not in raced]:
+            ui[setting.name] = widget(setting, preset[setting.name])
     with gr.Row():
         ui["shade"] = gr.Checkbox(True, label="shade tokens by how they were made")
         ui["mode"] = gr.Radio(list(TREE_MODES), value=next(iter(TREE_MODES)), label="tree nodes shown")
@@ -146,14 +149,22 @@ def widget(setting: Setting, value: Any) -> Any:
     """The input for a declared setting, within the app's range: a slider where it has a step, a number box
     otherwise, a text box for DDD's list of checks. A slider counts its values from its minimum, so it starts at
     the first multiple of its step: max new tokens go 8, 16, ... while the API may still ask for 1."""
-    low, high = setting.bounds(ui=True)
-    options = dict(label=label(setting), info=setting.help)
+    options = dict(label=label(setting), info=setting.help, min_width=WIDGET_WIDTH)
     if setting.kind == "calls":
         return gr.Textbox(setting.ui_value(value), **options)
     if setting.step is None:
         return CheckedNumber(value, precision=0 if setting.kind == "int" else None, **options)
-    first = math.ceil(round(low / setting.step, 9)) * setting.step
-    return CheckedSlider(first, high, value=value, step=setting.step, **options)
+    return CheckedSlider(slider_minimum(setting, setting.step), setting.bounds(ui=True)[1], value=value,
+                         step=setting.step, **options)
+
+
+def slider_minimum(setting: Setting, step: float) -> float:
+    """A slider's first value: the first multiple of its step in the app's range, one step above a low end the
+    setting refuses (a draft call always costs something)."""
+    low = setting.bounds(ui=True)[0]
+    first = math.ceil(round(low / step, 9)) * step
+    refused = setting.above_low and setting.ui_low is None
+    return first + step if refused and first <= low else first
 
 
 def _step_through(ui: Ui) -> None:

@@ -2,12 +2,16 @@
 
 Each visitor picks a model and head for their own races (`ModelChoice`, kept in their Session); the pairs load on
 the Run that first needs them (on a ZeroGPU Space all at start-up, `pin`) and stay cached for whoever asks next.
-A race holds its pair (`using`) for as long as it decodes: an idle pair is unloaded to make room for another, a
-pair in use or pinned never is. `lock` keeps two races from decoding at the same time (they would steal each
+A race holds its pair (`using`) for as long as it decodes: an idle pair is unloaded to make room for another (the
+least recently used first, and the race that made room says which), a pair in use or pinned never is. At most
+MAX_LOADED pairs and, on a CPU, MAX_LOADED_BYTES of weights stay loaded, and what is unloaded goes back to the
+system (`malloc_trim`: freed tensors otherwise stay in the allocator's heap, and each precision a visitor switches
+to grows the process for good). `lock` keeps two races from decoding at the same time (they would steal each
 other's cores and time each other).
 """
 from __future__ import annotations
 
+import ctypes
 import gc
 import os
 import re
@@ -28,6 +32,7 @@ from ddd import load_target, resolve_head
 from ddd.catalog import check_fits, choose_head, model_config, needed_bytes
 from ddd.head import HeadLoadError
 from ddd.models import ModelLoadError
+from ddd.precision import Int8Linear
 from ddd.settings import PRECISIONS
 from ddd.turns import warm_up
 
@@ -38,6 +43,11 @@ RANDOM_HEAD_NOTE = (" A random head drafts almost nothing the target accepts (ta
                     "slower than plain decoding here.")
 # Pairs kept loaded at once (each precision of a model counts as one): the app's own and one a visitor chose.
 MAX_LOADED = 2
+# A CPU Space (cpu-basic) has 16 GB of memory; the loaded weights keep at most half of it, the rest is for the
+# activations, the caches and Gradio. float16 and bfloat16 on a CPU hold each linear layer in float64 too
+# (ddd.precision.ExactLinear), so the default model takes about 0.5 GB in float32 and 1.4 GB in float16.
+CPU_SPACE_BYTES = 16 * 10**9
+MAX_LOADED_BYTES = CPU_SPACE_BYTES // 2
 # A ZeroGPU Space's GPU memory: half an RTX Pro 6000, 48 GB by default (Hugging Face's Spaces documentation,
 # ZeroGPU). The pairs pinned at start-up must fit it together; the main process cannot measure it, since CUDA is
 # only emulated there.
@@ -108,19 +118,34 @@ class Loaded:
     users: int = 0
     used_at: float = 0.0
     pinned: bool = False
+    unloaded: str = ""  # the pairs unloaded to make room for this one, said once to the race that loaded it
 
 
 def weight_bytes(target: Any, head: Any) -> int:
+    """The memory a pair's weights hold: parameters, buffers (the float64 copies exact CPU linears keep) and int8
+    layers' packed weights, each tensor once (the head shares the target's embeddings)."""
     modules = [m for m in (getattr(target, "model", None), head) if m is not None and hasattr(m, "parameters")]
-    return sum(p.numel() * p.element_size() for m in modules for p in m.parameters())
+    tensors = {t.data_ptr(): t.numel() * t.element_size()
+               for m in modules for t in (*m.parameters(), *m.buffers()) if t.numel()}
+    packed = sum(q.in_features * q.out_features for m in modules for q in m.modules() if isinstance(q, Int8Linear))
+    return sum(tensors.values()) + packed
+
+
+def give_back_memory() -> None:
+    """Return the heap's free pages to the system (glibc); elsewhere the allocator keeps them."""
+    try:
+        ctypes.CDLL("libc.so.6").malloc_trim(0)
+    except (OSError, AttributeError):
+        pass
 
 
 class Models:
     """The loaded pairs by (model, head, precision), at most `max_loaded` of them."""
 
-    def __init__(self, config: ModelConfig, max_loaded: int = MAX_LOADED):
+    def __init__(self, config: ModelConfig, max_loaded: int = MAX_LOADED, max_bytes: int = MAX_LOADED_BYTES):
         self.config = config
         self.max_loaded = max_loaded
+        self.max_bytes = max_bytes  # on a CPU; on a GPU check_fits weighs each model against the free memory
         self.measured: dict[Key, dict[str, Any]] = {}  # the measured preset per pair (explorer.presets)
         self.lock = threading.Lock()
         self._cache_lock = threading.Lock()  # guards the cache and its users counts
@@ -264,8 +289,32 @@ class Models:
                                  "before it.")
 
     def _load(self, key: Key) -> Loaded:
-        self._make_room(key[0], key[2])
-        return self._build(key, users=1)
+        gone = self._make_room(key[0], key[2])
+        entry = self._build(key, users=1)
+        if self.device() == "cpu":
+            with self._cache_lock:  # weights over the budget: the idle pairs go, least recently used first
+                idle = sorted((e for e in self._loaded.values() if not e.users and not e.pinned),
+                              key=lambda e: e.used_at)
+                while idle and self.loaded_bytes() > self.max_bytes:
+                    gone += self._unload([idle.pop(0)])
+        if gone:
+            entry.unloaded = self._unload_words(gone, key)
+        gc.collect()  # what loading left behind (a float32 copy converted, int8's calibration) goes back too
+        give_back_memory()
+        return entry
+
+    def unloaded_note(self, entry: Loaded) -> str:
+        """Which pairs were unloaded to load `entry`: said once, to the race that loaded it."""
+        with self._cache_lock:
+            note, entry.unloaded = entry.unloaded, ""
+        return note
+
+    def _unload_words(self, gone: list[Loaded], key: Key) -> str:
+        def named(k: Key) -> str:
+            return k[2] if k[:2] == key[:2] else f"{source_name(k[0] or 'the default model')} in {k[2]}"
+        names = " and ".join(named(e.key) for e in gone)
+        return (f" {names} {'was' if len(gone) == 1 else 'were'} unloaded to make room for {key[2]}: this server "
+                f"keeps at most {self.max_loaded} models loaded and {self.max_bytes / 1e9:.0f} GB of weights.")
 
     def _build(self, key: Key, users: int = 0) -> Loaded:
         """Load the pair for `key` into the cache (under _load_lock), held by `users` races."""
@@ -280,8 +329,9 @@ class Models:
             self._loaded[key] = entry
         return entry
 
-    def _make_room(self, model: str | None, precision: str) -> None:
-        """Unload idle pairs (least recently used first) until another fits; refuse while the others are in use."""
+    def _make_room(self, model: str | None, precision: str) -> list[Loaded]:
+        """Unload idle pairs (least recently used first) until another fits; refuse while the others are in use. The
+        pairs unloaded."""
         with self._cache_lock:
             idle = sorted((e for e in self._loaded.values() if not e.users and not e.pinned), key=lambda e: e.used_at)
             over = max(len(self._loaded) + 1 - self.max_loaded, 0)
@@ -296,10 +346,10 @@ class Models:
         except ModelLoadError:  # it fits only once every idle pair is gone
             evict = idle
         with self._cache_lock:
-            self._unload([e for e in evict if not e.users])
+            return self._unload([e for e in evict if not e.users])
 
-    def _unload(self, entries: list[Loaded]) -> int:
-        """Drop idle pairs from the cache (under _cache_lock); the bytes given back."""
+    def _unload(self, entries: list[Loaded]) -> list[Loaded]:
+        """Drop idle pairs from the cache (under _cache_lock), their memory given back to the system; the pairs."""
         for entry in entries:
             self._loaded.pop(entry.key, None)
             self.measured.pop(entry.key, None)
@@ -307,9 +357,10 @@ class Models:
                 self._last = None
         if entries:
             gc.collect()
+            give_back_memory()
             if torch.cuda.is_available():
                 torch.cuda.empty_cache()
-        return sum(e.nbytes for e in entries)
+        return entries
 
     # -- words -------------------------------------------------------------------------------------
 

@@ -116,7 +116,8 @@ def _race(models: Models, loaded: Loaded, request: RaceRequest) -> Iterator[Race
     except (InputError, SettingsError, PromptError, ValueError) as err:
         yield RaceEvent("error", message=str(err))
         return
-    yield RaceEvent("start", traces=headers({n: run.trace for n, run in race.runs.items()}), note=loaded.note)
+    yield RaceEvent("start", traces=headers({n: run.trace for n, run in race.runs.items()}),
+                    note=loaded.note + models.unloaded_note(loaded))
     with models.lock:
         # Stop pressed while another race held the models: nothing runs, not even a prefill.
         turns = iter(race) if not stop_requested(request) else iter(())

@@ -40,9 +40,12 @@ class Viewer:
     def __init__(self, ui: Ui, sessions: Sessions, shelf: ExampleShelf):
         self.ui, self.sessions, self.shelf = ui, sessions, shelf
 
-    def show_race(self, session: Session, shade: bool, mode: str, text: str = "", kind: str = "note") -> dict:
-        """Every race output for the session's race, positioned at step 1."""
+    def show_race(self, session: Session, shade: bool, mode: str, text: str = "", kind: str = "note",
+                  loaded: bool = False) -> dict:
+        """Every race output for the session's race, positioned at step 1. A `loaded` race (a file, an example) sets
+        the cost column's switch to whether it holds the cost rule's run."""
         ui, race = self.ui, session.race
+        has_cost = race is not None and COST_METHOD in race.traces
         views = race_views(race, shade)
         count = views["steps"]
         start = 1 if count > 1 else 0
@@ -57,8 +60,9 @@ class Viewer:
             ui["download"]: gr.update(value=self.sessions.export(session), interactive=race is not None),
             ui["message"]: message(text, kind),
             ui["session"]: session,
-            # A race with the cost rule's run switches its column on; one without leaves the switch as it was.
-            ui[COST_SWITCH]: True if race is not None and COST_METHOD in race.traces else gr.skip(),
+            # A race with the cost rule's run switches its column on; a loaded one without it switches it off (its
+            # column would show "not run"), a raced one (stopped before the rule's first step) leaves it as it was.
+            ui[COST_SWITCH]: has_cost if has_cost or loaded else gr.skip(),
         }
 
     def _step_values(self, view) -> dict:
@@ -82,7 +86,7 @@ class Viewer:
             session.race, session.source = self.shelf.read(path), str(path)
         except (RaceFileError, OSError) as err:
             return self.show_race(session, shade, mode, str(err), "error")
-        return self.show_race(session, shade, mode)
+        return self.show_race(session, shade, mode, loaded=True)
 
     def load_file(self, file: str | None, shade: bool, mode: str, session: Session | None) -> dict:
         session = session or Session()
@@ -92,7 +96,7 @@ class Viewer:
             session.race, session.source = load_race(file), None
         except RaceFileError as err:
             return self.show_race(session, shade, mode, f"Could not load that file: {err}", "error")
-        return self.show_race(session, shade, mode)
+        return self.show_race(session, shade, mode, loaded=True)
 
     def reshade(self, shade: bool, index: float | None, session: Session | None) -> dict:
         """Shading on or off: only the texts change, the figures stay as they are."""

@@ -17,7 +17,7 @@ from ddd.settings import CHECK_STEPS, COST_SETTINGS, MAX_DRAFT_CALLS, THRESHOLD,
 from ddd.trace import RunTrace
 from ddd.whatif import DYNAMIC_METHODS, cost_whatif, ddd_whatif, own_costs, replayable
 
-from .layout import Ui
+from .layout import WIDGET_WIDTH, Ui, slider_minimum
 from .viewing import message
 
 THRESHOLD_STEP = 0.05
@@ -38,11 +38,8 @@ OUTPUTS = ["whatif_chart", "whatif_note"]
 
 def _slider(setting: Setting, value: float, step: float, elem_id: str) -> CheckedSlider:
     """A slider over the setting's app range, starting a step above its low end where that end is not allowed."""
-    start, high = setting.bounds(ui=True)
-    if setting.above_low and setting.ui_low is None:
-        start += step
-    return CheckedSlider(start, high, value=value, step=step, label=f"{setting.label} (what if)", info=setting.help,
-                         elem_id=elem_id)
+    return CheckedSlider(slider_minimum(setting, step), setting.bounds(ui=True)[1], value=value, step=step,
+                         label=f"{setting.label} (what if)", info=setting.help, elem_id=elem_id, min_width=WIDGET_WIDTH)
 
 
 def place(ui: Ui) -> None:

@@ -9,7 +9,7 @@ import pytest
 from components import RaceFileError, load_race
 from components.runfile import race_from_data
 from explorer.sessions import Session
-from tests.races import COST_CHECKS, hand_race, make_trace, prefill, spec_step
+from tests.races import COST_CHECKS, cost_race, hand_race, make_trace, prefill, spec_step
 from tests.test_browser import CHROMIUM, Browser, open_on_example, text_of
 from tests.tiny import RACE_SETTINGS, race_frames
 
@@ -42,6 +42,17 @@ def test_a_cost_check_without_what_it_weighed_is_refused():
     del data["traces"]["cost"]["steps"][1]["checks"][2]["expected"]
     with pytest.raises(RaceFileError, match=r"checks\[2\] lacks expected: the cost rule records what it weighed"):
         race_from_data(data)
+
+
+def test_a_three_method_file_after_a_four_method_one_switches_the_fourth_column_off(page, tmp_path):
+    four, three = tmp_path / "four.json", tmp_path / "three.json"
+    four.write_text(json.dumps(cost_race().to_dict()))
+    three.write_text(json.dumps(hand_race().to_dict()))
+    session = Session()
+    assert page.ui.named(page.viewer.load_file(str(four), True, "verified only", session))["race_cost"] is True
+    after = page.ui.named(page.viewer.load_file(str(three), True, "verified only", session))
+    assert after["race_cost"] is False  # and its change hides the column, its settings and its tree
+    assert all(not part["visible"] for part in page.ui.named(page.viewer.show_cost(after["race_cost"])).values())
 
 
 @pytest.mark.skipif(not CHROMIUM.exists(), reason="needs Debian's chromium at /usr/bin/chromium")

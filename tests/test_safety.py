@@ -293,3 +293,13 @@ def test_gradio_drops_its_old_file_copies(page):
 
     demo = page.demo
     assert demo.delete_cache == CACHE_CLEANUP and CACHE_CLEANUP[1] <= 3600
+
+
+def test_a_file_name_with_a_lone_surrogate_gets_a_message(tmp_path):
+    """What an upload over raw HTTP may name a file ("\\ud800.json"): no system can open it, and the message says so
+    in text that any page and log can carry."""
+    with pytest.raises(RaceFileError) as caught:
+        load_race(tmp_path / "\ud800.json")
+    message = str(caught.value)
+    assert "lone surrogate" in message and "Rename the file" in message
+    message.encode("utf-8")  # no surrogate of its own

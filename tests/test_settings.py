@@ -7,14 +7,14 @@ import json
 import pytest
 
 from components import load_race
-from components.inputs import (LABELS, RUN_SETTINGS, TREE_NAMES, TREE_SETTINGS, InputError, label, race_inputs,
-                               tree_settings)
+from components.inputs import (LABELS, RUN_SETTINGS, TREE_NAMES, TREE_SETTINGS, InputError, checked, label,
+                               race_inputs, tree_settings)
 from components.narration import candidates_drafted
 from components.runfile import race_from_data
 from ddd import Generation, RunTrace, Sampling, SettingsError, generate, method_settings
 from ddd.cli import build_parser
-from ddd.settings import (BEAM_WIDTH, CHECK_STEPS, MAX_NEW_TOKENS, METHOD_DECLARATIONS, SAMPLING_SETTINGS, DDDSettings,
-                          Setting, current_names, parse_settings, settings_dict)
+from ddd.settings import (BEAM_WIDTH, CHECK_STEPS, DRAFT_COST, MAX_NEW_TOKENS, METHOD_DECLARATIONS, SAMPLING_SETTINGS,
+                          DDDSettings, Setting, current_names, parse_settings, settings_dict)
 from ddd.turns import Entry
 from explorer.layout import SETTINGS, widget
 from explorer.presets import PRESETS, race_entries, widget_values
@@ -104,8 +104,18 @@ def test_the_panel_derives_from_the_declaration():
         made = widget(setting, setting.ui_value(setting.start(ui=True)))
         assert made.label == label(setting) and made.info == setting.help
         if setting.step is not None:
-            assert made.maximum == high and low <= made.minimum < low + setting.step
+            assert made.maximum == high and low <= made.minimum <= low + setting.step
+            setting.parse(made.minimum, ui=True)  # a slider starts at a value its setting accepts
     assert widget(MAX_NEW_TOKENS, 64).minimum == 8  # the slider's first step; the API may still send 1
+    assert widget(DRAFT_COST, 0.06).minimum == 0.01  # a draft call always costs something: 0 is refused
+
+
+@pytest.mark.parametrize("sent, shown", [(1.0000001, "not 1.0000001."), ("1.0000001", "not 1.0000001."),
+                                         (-1e-09, "not -0.000000001."), (1 + 2**-52, "not 1.0000000000000002.")])
+def test_a_range_message_shows_the_value_as_sent_not_rounded_onto_the_limit(sent, shown):
+    with pytest.raises(InputError) as caught:
+        checked(DRAFT_COST, sent)
+    assert str(caught.value).endswith(shown) and str(caught.value).startswith(label(DRAFT_COST))
 
 
 @pytest.mark.parametrize("name", PRESETS)

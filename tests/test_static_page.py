@@ -282,7 +282,7 @@ def headline_text(html: str) -> str:
 
 @pytest.mark.parametrize("source", [*(p.name for p in EXAMPLES), "cost"])
 def test_a_loaded_file_gets_the_apps_headline_and_counters(page, tmp_path, source):
-    """The decode speed, the prefill apart, resampled alike: the same verdict word for word, and the counters' speeds."""
+    """The decode speed, the prefill apart, resampled alike: the same verdict word for word, and the same counters."""
     path = tmp_path / f"loaded-{source}.json"
     if source == "cost":
         path.write_text(json.dumps(cost_race()))
