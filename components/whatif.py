@@ -39,12 +39,17 @@ def _rate(value: float | None) -> str:
     return "–" if value is None else readable(value)
 
 
-def whatif_summary(trace: RunTrace, results: Sequence[WhatIf]) -> str:
-    """One line: the run's measured decode tokens/s, each rule's predicted, and what the numbers rest on."""
+def whatif_summary(trace: RunTrace, results: Sequence[WhatIf], own: Sequence[WhatIf] = ()) -> str:
+    """One line: first each rule the race also measured, replayed on its own run (`own`: its prediction beside its
+    measurement); then the replayed run's measured decode tokens/s, each rule's predicted from it, and what the
+    numbers rest on."""
     if not results:
         return ""
-    parts = [f"Recorded {METHOD_LABELS.get(trace.method, trace.method)} run: "
-             f"{_rate(results[0].measured_tokens_per_s)} decode tokens/s measured."]
+    parts = [f"This race's {METHOD_LABELS[r.rule]} run, replayed on its own record at {rule_text(r)}: "
+             f"{_rate(r.tokens_per_s)} decode tokens/s predicted beside {_rate(r.measured_tokens_per_s)} measured."
+             for r in own]
+    parts.append(f"Recorded {METHOD_LABELS.get(trace.method, trace.method)} run: "
+                 f"{_rate(results[0].measured_tokens_per_s)} decode tokens/s measured.")
     for result in results:
         bounds = (f" ({result.bounds} step{'s' if result.bounds != 1 else ''} deeper than recorded: an upper "
                   "estimate)") if result.bounds else ""

@@ -15,7 +15,7 @@ from components.widgets import CheckedSlider
 from ddd.costs import StepCosts
 from ddd.settings import CHECK_STEPS, COST_SETTINGS, MAX_DRAFT_CALLS, THRESHOLD, VERIFY_COST, Setting, SettingsError
 from ddd.trace import RunTrace
-from ddd.whatif import DYNAMIC_METHODS, cost_whatif, ddd_whatif, own_costs, replayable
+from ddd.whatif import DYNAMIC_METHODS, WhatIf, cost_whatif, ddd_whatif, own_costs, replayable
 
 from .layout import WIDGET_WIDTH, Ui, slider_minimum
 from .viewing import message
@@ -159,12 +159,18 @@ class WhatIfPanel:
         try:
             checked_threshold, checked_checks = checked(THRESHOLD, threshold), checked(CHECK_STEPS, checks)
             checked_costs = {s.name: checked(s, v) for s, v in zip(COST_SETTINGS, costs)}
-            options = dict(max_draft_calls=_max_calls(race, trace), time_costs=_race_costs(race, trace))
-            results = [ddd_whatif(trace, checked_threshold, checked_checks, **options),
-                       cost_whatif(trace, checked_costs, **options)]
+            def replays(run: RunTrace, rules: tuple[str, ...]) -> list[WhatIf]:
+                options = dict(max_draft_calls=_max_calls(race, run), time_costs=_race_costs(race, run))
+                return [ddd_whatif(run, checked_threshold, checked_checks, **options) if rule == "ddd" else
+                        cost_whatif(run, checked_costs, **options) for rule in rules]
+            results = replays(trace, ("ddd", "cost"))
+            # A rule the race measured is first replayed on its own run: its prediction beside its measurement says
+            # how far to trust the prediction from another run's record.
+            own = [r for rule in ("ddd", "cost") if rule != source and race.get(rule) is not None
+                   and not replayable(race.get(rule)) for r in replays(race.get(rule), (rule,))]
         except InputError as err:
             return {ui["whatif_chart"]: gr.skip(), ui["whatif_note"]: message(str(err))}
         except SettingsError as err:
             return {ui["whatif_chart"]: gr.skip(), ui["whatif_note"]: message(str(input_error(err)))}
         return {ui["whatif_chart"]: whatif_figure(trace, results),
-                ui["whatif_note"]: message(whatif_summary(trace, results), "note")}
+                ui["whatif_note"]: message(whatif_summary(trace, results, own), "note")}

@@ -7,9 +7,10 @@ import pytest
 from components import load_race
 from components.whatif import whatif_figure, whatif_summary
 from ddd.costs import Calibration
+from ddd.numbers import readable
 from ddd.engine import generate
 from ddd.settings import SettingsError
-from ddd.whatif import WhatIfError, cost_whatif, ddd_whatif
+from ddd.whatif import WhatIfError, cost_whatif, ddd_whatif, own_costs
 from tests.conftest import EXAMPLES_DIR
 from tests.tiny import PROMPTS
 
@@ -133,3 +134,24 @@ def test_the_figure_draws_bounds_apart_and_escapes_token_text(ddd_run):
     hover = " ".join(next(t for t in fig.data if t.meta == "recorded-depth").hovertext)
     assert "&lt;b&gt;bold&lt;/b&gt;" in hover and "<b>" not in hover
     assert "measured" in fig.layout.title.text and "No acceptance calibration" in whatif_summary(trace, results)
+
+
+def test_a_rule_the_race_measured_is_shown_replayed_on_its_own_run_first(ddd_run, cost_run):
+    """Replaying the DDD run, the cost rule at the race's own costs: its own run's prediction beside its measurement
+    comes before the prediction from DDD's record, which may be an upper estimate."""
+    from types import SimpleNamespace
+
+    from components import Race
+    from explorer.layout import Ui
+    from explorer.whatif import WhatIfPanel
+
+    ui = Ui(whatif_chart=object(), whatif_note=object())
+    session = SimpleNamespace(race=Race(traces={"ddd": ddd_run, "cost": cost_run}))
+    note = WhatIfPanel(ui).replay("ddd", DDD["threshold"], DDD["check_steps"], *COSTS.values(), session)
+    text = note[ui["whatif_note"]]["value"]
+    own = cost_whatif(cost_run, COSTS, max_draft_calls=COST["max_draft_calls"], time_costs=own_costs(cost_run))
+    assert as_recorded(own) == recorded(cost_run)  # its own run, given back step for step
+    first = (f"This race&#x27;s Cost rule run, replayed on its own record at Cost rule at draft 0.02, verify base 0.01, "
+             f"per token 0.01: {readable(own.tokens_per_s)} decode tokens/s predicted beside "
+             f"{readable(own.measured_tokens_per_s)} measured.")
+    assert first in text and text.index(first) < text.index("Recorded DDD run")
