@@ -226,9 +226,24 @@ def _cost_depth(step: Step, whole: bool) -> str:
                 f"{_num(rate)}, so drafting deeper would have slowed the step.")
         if whole:
             text += " The target accepted every level drafted, so this time one more might have paid."
-        return text
+        return text + _priced(step)
     return (f"The cost rule drafted all {_plural(limit, 'level')}, its maximum: at its last weighing, {now}; "
-            f"{forecast}, above {_num(rate)}, so only the {limit}-call limit stopped it.")
+            f"{forecast}, above {_num(rate)}, so only the {limit}-call limit stopped it.") + _priced(step)
+
+
+def _priced(step: Step) -> str:
+    """The costs the step was weighed with (docs/algorithms.md, "Measured costs"), as one sentence."""
+    c = step.costs
+    if c is None:  # a file from before steps recorded them: the run's settings priced it
+        return ""
+    where = (f"measured on this machine as it decoded (a plain step {readable(c.step_ms)} ms)" if c.measured
+             else "the run's settings, pinned or not yet timed")
+    text = (f" Priced at a draft call {readable(c.draft_cost)}, a tree forward {readable(c.verify_base)} more "
+            f"than a one-token one and each verified token {readable(c.verify_cost)} plain steps: {where}.")
+    if c.retimed:
+        text += (f" This step verified {_plural(step.verified, 'token')} rather than its best tree, to time that "
+                 "size again.")
+    return text
 
 
 def _timing(step: Step, race: Race | None, tokens: int) -> str:

@@ -17,10 +17,10 @@ from pathlib import Path
 from typing import Any
 
 from ddd.costs import Calibration, CalibrationError
-from ddd.settings import (METHOD_DECLARATIONS, PRECISIONS, SAMPLING_SETTINGS, Sampling, Setting, SettingsError,
-                          current_names, parse_settings)
+from ddd.settings import (COST_SETTINGS, METHOD_DECLARATIONS, PRECISIONS, SAMPLING_SETTINGS, Sampling, Setting,
+                          SettingsError, current_names, parse_settings)
 from ddd.metrics import summarize
-from ddd.trace import CHAIN_ENDS, SCHEMA_VERSION, STATUSES, DepthCheck, DraftNode, RunTrace, Step
+from ddd.trace import CHAIN_ENDS, SCHEMA_VERSION, STATUSES, CostsUsed, DepthCheck, DraftNode, RunTrace, Step
 
 from .race import METHOD_LABELS, RACE_FORMAT, RACE_VERSION, Race, RaceFileError
 from .runcheck import check_race, check_run
@@ -52,6 +52,7 @@ LIMITS = FileLimits()
 BIG_INT = 2**31  # token ids, ranks, indices: far beyond any vocabulary or pool
 MAX_MS = 1e9  # a step that took eleven days is a broken file, not a slow machine
 STEP_FIELDS = {f.name for f in fields(Step)}
+COSTS_FIELDS = {f.name for f in fields(CostsUsed)}
 NODE_FIELDS = {f.name for f in fields(DraftNode)}
 CHECK_REQUIRED = {"call", "confidence", "stop"}
 CHECK_FIELDS = {f.name for f in fields(DepthCheck)}  # the cost rule's numbers besides DDD's (ddd/costs.py)
@@ -283,6 +284,8 @@ class _Checker:
                         self.integer(rank, f"{at}[{i}][{j}]", int(low), int(high))
             elif setting.kind == "float":
                 self.number(value, at, low, high)
+            elif setting.kind == "bool":
+                self.flag(value, at)
             else:
                 self.integer(value, at, int(low), int(high))
 
@@ -309,6 +312,17 @@ class _Checker:
         self.keys(data, SUMMARY_KEYS, SUMMARY_KEYS, where)
         for name, value in data.items():
             self.number(value, f"{where}.{name}", 0, 1e12)
+
+    def costs(self, data: Any, where: str) -> None:
+        """The costs a cost-rule step was priced with: each within its setting's range."""
+        data = self.obj(data, where)
+        self.keys(data, COSTS_FIELDS, COSTS_FIELDS - {"step_ms", "retimed"}, where)
+        for setting in COST_SETTINGS:
+            self.number(data[setting.name], f"{where}.{setting.name}", *setting.bounds())
+        self.flag(data["measured"], f"{where}.measured")
+        self.flag(data.get("retimed", False), f"{where}.retimed")
+        if data.get("step_ms") is not None:
+            self.number(data["step_ms"], f"{where}.step_ms", 0, MAX_MS)
 
     def step(self, data: Any, where: str, position: int) -> None:
         data = self.obj(data, where)
@@ -341,6 +355,8 @@ class _Checker:
         if bonus is not None:
             self.integer(bonus, f"{where}.bonus_id", 0, BIG_INT)
         self.text(data.get("bonus_text", ""), f"{where}.bonus_text", lim.token_text)
+        if data.get("costs") is not None:
+            self.costs(data["costs"], f"{where}.costs")
         chain_end = data.get("chain_end", "")
         if chain_end != "" and chain_end not in CHAIN_ENDS:  # files made before it was recorded have none
             raise self.fail(f"{where}.chain_end", f"is {excerpt(chain_end)}, not one of {', '.join(CHAIN_ENDS)}")

@@ -31,8 +31,8 @@ from .lesson_page import LESSON_FILE, LESSON_LINK, static_lesson
 from .race import (COLUMN_METHODS, COST_METHOD, DROPPED_SHOWN, METHOD_LABELS, RACE_FORMAT, RACE_METHODS, RACE_VERSION,
                    TREE_METHODS, Race)
 from .runcheck import MAX_PROMPT_TOKENS, MAX_TOKENS, MIN_STEP_MS, MIN_STEP_RATIO, SHARED, TOLERANCE, WEIGHED, Shape
-from .runfile import (CHECK_FIELDS, CHECK_REQUIRED, LIMITS, NODE_FIELDS, RACE_FIELDS, STEP_FIELDS, SUMMARY_KEYS,
-                      TRACE_FIELDS, TRACE_REQUIRED, load_race)
+from .runfile import (CHECK_FIELDS, CHECK_REQUIRED, COSTS_FIELDS, LIMITS, MAX_MS, NODE_FIELDS, RACE_FIELDS, STEP_FIELDS,
+                      SUMMARY_KEYS, TRACE_FIELDS, TRACE_REQUIRED, load_race)
 from .tokens import escape
 from .tree import BAND_COLORS, COLORS, GHOST_COLOR, GHOST_LINE, LABEL_POSITIONS, MAX_LEVELS, MAX_NODES, STATUS_NAMES
 from .verdict import BLOCK_ROUNDS, CONFIDENCE, MIN_STEPS, RESAMPLES, SMALLEST_CALLED, headline_html
@@ -148,7 +148,8 @@ def constants() -> dict[str, Any]:
         "format": RACE_FORMAT, "version": RACE_VERSION, "schema": SCHEMA_VERSION, "statuses": list(STATUSES),
         "fields": {"race": sorted(RACE_FIELDS), "trace": sorted(TRACE_FIELDS), "traceRequired": sorted(TRACE_REQUIRED),
                    "step": sorted(STEP_FIELDS), "node": sorted(NODE_FIELDS), "check": sorted(CHECK_FIELDS),
-                   "checkRequired": sorted(CHECK_REQUIRED), "summary": sorted(SUMMARY_KEYS)},
+                   "checkRequired": sorted(CHECK_REQUIRED), "summary": sorted(SUMMARY_KEYS),
+                   "costs": sorted(COSTS_FIELDS)},
         "settings": {method: _declared(declared) for method, declared in METHOD_DECLARATIONS.items()},
         "sampling": _declared(SAMPLING_SETTINGS), "precisions": list(PRECISIONS), "chainEnds": list(CHAIN_ENDS),
         "labels": METHOD_LABELS, "methods": list(RACE_METHODS), "columns": list(COLUMN_METHODS),
@@ -157,13 +158,13 @@ def constants() -> dict[str, Any]:
         "methodColors": METHOD_COLORS, "bandColors": list(BAND_COLORS), "ghostColor": GHOST_COLOR,
         "ghostLine": GHOST_LINE, "labelPositions": LABEL_POSITIONS, "droppedShown": DROPPED_SHOWN,
         "minStepMs": MIN_STEP_MS, "minStepRatio": MIN_STEP_RATIO, "tolerance": TOLERANCE,
-        "costs": [s.name for s in COST_SETTINGS],
+        "costs": [s.name for s in COST_SETTINGS], "costBounds": {s.name: s.bounds() for s in COST_SETTINGS},
         "verdict": {"reference": "plain", "confidence": CONFIDENCE, "resamples": RESAMPLES, "blockRounds": BLOCK_ROUNDS,
                     "minSteps": MIN_STEPS, "smallestCalled": SMALLEST_CALLED},
         "limits": {"fileBytes": LIMITS.file_bytes, "jsonBytes": LIMITS.json_bytes, "steps": LIMITS.steps,
                    "nodesPerStep": LIMITS.nodes_per_step, "nodes": LIMITS.nodes, "text": LIMITS.long_text,
                    "listItems": LIMITS.list_items, "treeLevels": MAX_LEVELS, "treeNodes": MAX_NODES,
-                   "tokens": MAX_TOKENS, "promptTokens": MAX_PROMPT_TOKENS},
+                   "tokens": MAX_TOKENS, "promptTokens": MAX_PROMPT_TOKENS, "ms": MAX_MS},
     }
 
 

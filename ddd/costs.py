@@ -20,6 +20,9 @@ on a recorded one, so both take the same decision from the same numbers.
 from __future__ import annotations
 
 import bisect
+import math
+import threading
+from collections import OrderedDict, deque
 from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
@@ -189,3 +192,153 @@ def decide(call: int, probs: Sequence[float], level_mass: float, parent_mass: fl
     # (E + dE + 1) / (T + dT) > (E + 1) / T is the same as dE / dT > (E + 1) / T for dT > 0.
     return LevelDecision(call, now, deeper.expected - now.expected, deeper.time - now.time,
                          not deeper.rate > now.rate)
+
+
+# -- measured costs --------------------------------------------------------------------------------------
+
+WINDOW = 9  # the latest timings of a size whose median counts: one slow step in a busy spell moves nothing
+STALE_AFTER = 48  # steps after which a size's timings count as old: its weight in the fit falls to a quarter
+RETIME_EVERY = 16  # every so many steps the rule verifies a size it has not timed lately (CostMeter.retime)
+LADDER = (1, 2, 4, 8, 16, 32, 64, 128)  # the verified counts the warm-up times and re-timing visits
+
+
+def _median(values: Sequence[float]) -> float:
+    ordered = sorted(values)
+    mid = len(ordered) // 2
+    return ordered[mid] if len(ordered) % 2 else (ordered[mid - 1] + ordered[mid]) / 2
+
+
+@dataclass(frozen=True)
+class VerifyFit:
+    """A verify forward's time in seconds over `verified` tokens: `one` for the root alone, and where any drafted
+    token is verified, `one + base + (verified - 1) x slope`."""
+
+    one: float
+    base: float
+    slope: float
+
+    def __call__(self, verified: int) -> float:
+        return self.one + (self.base + (verified - 1) * self.slope if verified > 1 else 0.0)
+
+
+def fit_verify(medians: dict[int, float], weights: dict[int, float]) -> VerifyFit | None:
+    """The base-plus-slope line through timed sizes (a size's median timing, weighted): the root alone gives
+    `one`; sizes above 1 give the line, whose value at one verified draft token beyond the root, less `one`,
+    is the base. None until something is timed; base and slope never below 0 (more tokens never cost less)."""
+    if not medians:
+        return None
+    tree = {v: t for v, t in medians.items() if v > 1}
+    if not tree:
+        return VerifyFit(medians[1], 0.0, 0.0)
+    total = sum(weights[v] for v in tree)
+    mean_x = sum(weights[v] * (v - 1) for v in tree) / total
+    mean_y = sum(weights[v] * t for v, t in tree.items()) / total
+    spread = sum(weights[v] * (v - 1 - mean_x) ** 2 for v in tree)
+    slope = max(0.0, sum(weights[v] * (v - 1 - mean_x) * (t - mean_y) for v, t in tree.items()) / spread
+                if spread > 0 else 0.0)
+    at_one = mean_y - mean_x * slope  # the line where no drafted token is verified
+    if 1 not in medians:  # the root alone never timed: no base beyond the line
+        return VerifyFit(max(at_one, min(tree.values()) / 2), 0.0, slope)
+    return VerifyFit(medians[1], max(0.0, at_one - medians[1]), slope)
+
+
+MOST_STEPS = 10.0  # a cost in plain steps beyond this is a timing gone wrong (a tiny model's first calls)
+
+
+def steps_of(fit: VerifyFit, draft: float, step: float) -> StepCosts:
+    """The cost rule's costs in plain steps, from a verify fit, a draft call and a plain step in one unit."""
+    return StepCosts(*(min(t / step, MOST_STEPS) for t in (draft, fit.base, fit.slope)))
+
+
+class CostMeter:
+    """A machine's step costs, measured from the timings a run records (seconds on the engine's clock), for
+    the cost rule (docs/algorithms.md, "Measured costs"). One meter serves every run of one target, head and
+    beam width in a process, so a run starts from what the runs before it timed.
+
+    A step's time is modelled as  fixed + calls x draft + (verify(verified) - verify(1)):  `draft` is the median
+    of the latest timed draft calls, verify() the base-plus-slope fit over verified counts (each count's median
+    of its latest WINDOW timings), `fixed` the median of what the latest steps took beyond those two. In plain
+    steps, fixed being 1, that is StepCosts. Before anything is timed the meter answers with `prior`.
+    """
+
+    def __init__(self, prior: StepCosts):
+        self.prior = prior
+        self.steps = 0  # steps observed
+        self._verify: dict[int, deque[tuple[int, float]]] = {}  # verified count -> (step, seconds)
+        self._draft: deque[float] = deque(maxlen=4 * WINDOW)
+        self._fixed: deque[float] = deque(maxlen=WINDOW)
+        self._lock = threading.Lock()
+
+    # -- what comes in ------------------------------------------------------------------------------------
+
+    def time_verify(self, verified: int, seconds: float) -> None:
+        with self._lock:
+            self._verify.setdefault(verified, deque(maxlen=WINDOW)).append((self.steps, seconds))
+
+    def time_draft_call(self, seconds: float) -> None:
+        with self._lock:
+            self._draft.append(seconds)
+
+    def time_step(self, calls: int, verified: int, draft_s: float, verify_s: float, other_s: float) -> None:
+        """One decode step's timings: its verify joins its size's, and what the step took beyond its draft calls
+        and its tree's share of the verify is one more reading of the fixed part."""
+        self.time_verify(verified, verify_s)
+        with self._lock:
+            fit, draft = self._fit(), self._draft_s()
+            if fit is not None and draft is not None:
+                self._fixed.append(max(draft_s + verify_s + other_s - calls * draft - (fit(verified) - fit(1)),
+                                       fit(1)))
+            self.steps += 1
+
+    # -- what goes out ------------------------------------------------------------------------------------
+
+    @property
+    def timed(self) -> bool:
+        return bool(self._verify)
+
+    def _draft_s(self) -> float | None:
+        return _median(self._draft) if self._draft else None
+
+    def _fit(self) -> VerifyFit | None:
+        medians = {v: _median([t for _, t in series]) for v, series in self._verify.items()}
+        weights = {v: math.sqrt(len(series)) * (1.0 if self.steps - series[-1][0] <= STALE_AFTER else 0.25)
+                   for v, series in self._verify.items()}
+        return fit_verify(medians, weights)
+
+    def costs(self) -> tuple[StepCosts, float | None]:
+        """The step costs in plain steps and what a plain step (the fixed part) takes in ms; the prior and
+        None while nothing is timed. A part not timed yet is the prior's share of what is."""
+        with self._lock:
+            fit, draft = self._fit(), self._draft_s()
+            if fit is None:
+                return self.prior, None
+            fixed = _median(self._fixed) if self._fixed else fit(1) + (draft or 0.0)
+            draft = draft if draft is not None else self.prior.draft_cost * fixed
+            return steps_of(fit, draft, fixed), fixed * 1e3
+
+    def retime(self, most: int) -> int | None:
+        """On every RETIME_EVERY-th step, the size of LADDER (at most `most`) timed longest ago (or never) if
+        it is older than STALE_AFTER steps: verifying it keeps the fit from resting on the sizes the rule
+        happens to choose. None otherwise."""
+        if self.steps % RETIME_EVERY != RETIME_EVERY - 1:
+            return None
+        with self._lock:
+            ages = {v: self.steps - self._verify[v][-1][0] if v in self._verify else math.inf
+                    for v in LADDER if v <= most}
+        size = max(ages, key=lambda v: (ages[v], -v), default=None)
+        return size if size is not None and ages[size] > STALE_AFTER else None
+
+
+_METERS: OrderedDict[tuple, CostMeter] = OrderedDict()
+_METERS_LOCK = threading.Lock()
+MAX_METERS = 16  # pairs a process keeps meters for (the app's model menu offers fewer)
+
+
+def meter_for(key: tuple, prior: StepCosts) -> CostMeter:
+    """The process's meter for `key` (a target, head, precision, device and beam width), made on first use."""
+    with _METERS_LOCK:
+        meter = _METERS.pop(key, None) or CostMeter(prior)
+        _METERS[key] = meter
+        while len(_METERS) > MAX_METERS:
+            _METERS.popitem(last=False)
+        return meter

@@ -3,7 +3,9 @@ dynamic tree whose depth a policy chooses per step: from the draft's confidence 
 gains and measured costs (the cost rule)."""
 from __future__ import annotations
 
+import time
 from abc import ABC, abstractmethod
+from collections.abc import Callable
 from dataclasses import dataclass, field
 
 import torch
@@ -11,9 +13,9 @@ from transformers import DynamicCache
 
 from .head import DraftHead
 from .models import Target
-from .costs import Calibration, StepCosts, best_tree, child_probabilities, decide
+from .costs import Calibration, CostMeter, StepCosts, best_tree, child_probabilities, decide
 from .settings import CostSettings, DDDSettings, Eagle2Settings, EagleSettings
-from .trace import DepthCheck
+from .trace import CostsUsed, DepthCheck, Step
 from .tree import DraftTree, Pool, rerank
 
 
@@ -104,6 +106,7 @@ class Draft:
     checks: list[DepthCheck] = field(default_factory=list)
     draft_calls: int = 0
     max_draft_calls: int = 0
+    costs: CostsUsed | None = None
 
 
 class Drafter(ABC):
@@ -112,6 +115,9 @@ class Drafter(ABC):
     @abstractmethod
     def draft(self, runner: HeadRunner, root_token: torch.Tensor, root_feature: torch.Tensor, depth_limit: int) -> Draft:
         ...
+
+    def observe(self, step: Step) -> None:
+        """A finished step, timed: a drafter that learns from timings (the cost rule) reads them here."""
 
 
 class StaticTreeDrafter(Drafter):
@@ -192,6 +198,13 @@ class DepthPolicy(ABC):
         draft score (EAGLE-2)."""
         return rerank(cat["scores"], cat["depths"], total_tokens)
 
+    def costs_used(self) -> CostsUsed | None:
+        """What the step's decisions were priced with, for the trace (None: no prices)."""
+        return None
+
+    def observe(self, step: Step) -> None:
+        """The step, timed (Drafter.observe)."""
+
 
 @dataclass
 class FixedDepth(DepthPolicy):
@@ -219,16 +232,26 @@ class ConfidenceDepth(DepthPolicy):
 class CostDepth(DepthPolicy):
     """The cost rule (ddd/costs.py): after every call, draft one more level only while its forecast gain in
     expected accepted tokens per unit of expected time beats the step's current rate; verify the number of
-    tokens with the best expected rate, taking nodes by calibrated path probability."""
+    tokens with the best expected rate, taking nodes by calibrated path probability.
 
-    def __init__(self, max_calls: int, max_verified: int, costs: StepCosts, calibration: Calibration):
-        self.max_calls, self.max_verified, self.costs, self.calibration = max_calls, max_verified, costs, calibration
+    With a `meter` the costs are this machine's, measured as the run decodes: each step starts from the meter's
+    latest estimate, times its draft calls on `clock` (the check after each call reads the pool, a host sync on
+    CUDA) and hands its step timings back; now and then it verifies a size the meter has not timed lately.
+    Without one, `costs` stay as given (pinned)."""
+
+    def __init__(self, max_calls: int, max_verified: int, costs: StepCosts, calibration: Calibration,
+                 meter: CostMeter | None = None, clock: Callable[[], float] = time.perf_counter):
+        self.max_calls, self.max_verified, self.calibration = max_calls, max_verified, calibration
+        self.pinned, self.meter, self.clock = costs, meter, clock
         self.begin()
 
     def begin(self) -> None:
         self._path = [1.0]  # calibrated path probability of each pool node, the root first
         self._chunks = 1  # the pool's chunks (levels) read into _path: the root's is its 1.0 above
         self._parent_mass = 1.0  # what the nodes expanded by the latest call carried (the root: 1)
+        self._called_at: float | None = None
+        self._retimed = False
+        self.costs, self._step_ms = self.meter.costs() if self.meter is not None else (self.pinned, None)
 
     def _read(self, pool: Pool) -> float:
         """Path probabilities of the chunks added since the last read; returns the newest chunk's sum."""
@@ -243,6 +266,11 @@ class CostDepth(DepthPolicy):
 
     def check(self, call, confidence, pool, beam):
         level_mass = self._read(pool)
+        if self.meter is not None:
+            now = self.clock()
+            if self._called_at is not None:  # one draft call since the last check
+                self.meter.time_draft_call(now - self._called_at)
+            self._called_at = now
         beam_probs = [self._path[i] for i in beam.tolist()]
         decision = decide(call, self._path[1:], level_mass, self._parent_mass, beam_probs, self.costs,
                           self.max_verified)
@@ -253,9 +281,22 @@ class CostDepth(DepthPolicy):
 
     def keep(self, pool, cat, calls, total_tokens):
         self._read(pool)  # the last call's level: no check follows it
-        best = best_tree(self._path[1:], calls, self.costs, total_tokens)
+        verified = best_tree(self._path[1:], calls, self.costs, total_tokens).verified
+        size = self.meter.retime(min(total_tokens, len(self._path))) if self.meter is not None else None
+        if size is not None and size != verified:
+            verified, self._retimed = size, True
         path = torch.tensor(self._path, device=cat["depths"].device).clamp_min(1e-30).log()
-        return rerank(path, cat["depths"], best.verified)
+        return rerank(path, cat["depths"], verified)
+
+    def costs_used(self) -> CostsUsed:
+        c = self.costs
+        return CostsUsed(c.draft_cost, c.verify_base, c.verify_cost, self._step_ms is not None, self._step_ms,
+                         self._retimed)
+
+    def observe(self, step: Step) -> None:
+        if self.meter is not None and not step.prefill:
+            self.meter.time_step(step.draft_calls, step.verified, step.draft_ms / 1e3, step.verify_ms / 1e3,
+                                 step.other_ms / 1e3)
 
 
 class DynamicTreeDrafter(Drafter):
@@ -276,9 +317,14 @@ class DynamicTreeDrafter(Drafter):
         return cls(s.beam_width, s.total_tokens, ConfidenceDepth(s.max_draft_calls, s.checks(), s.threshold))
 
     @classmethod
-    def cost(cls, s: CostSettings, calibration: Calibration) -> "DynamicTreeDrafter":
-        costs = StepCosts.of(s)
-        return cls(s.beam_width, s.total_tokens, CostDepth(s.max_draft_calls, s.total_tokens, costs, calibration))
+    def cost(cls, s: CostSettings, calibration: Calibration, meter: CostMeter | None = None,
+             clock: Callable[[], float] = time.perf_counter) -> "DynamicTreeDrafter":
+        """The cost rule: at its settings' costs where they are pinned, else at `meter`'s (None: pinned)."""
+        return cls(s.beam_width, s.total_tokens, CostDepth(s.max_draft_calls, s.total_tokens, StepCosts.of(s),
+                                                           calibration, None if s.pin_costs else meter, clock))
+
+    def observe(self, step: Step) -> None:
+        self.policy.observe(step)
 
     def draft(self, runner, root_token, root_feature, depth_limit):
         k = self.beam_width
@@ -319,4 +365,5 @@ class DynamicTreeDrafter(Drafter):
         cat = pool.cat()
         keep = self.policy.keep(pool, cat, calls, self.total_tokens)
         expanded = torch.cat(in_beam) if in_beam else torch.zeros(0, dtype=torch.long, device=device)
-        return Draft(cat, DraftTree.from_pool(cat, keep), expanded, confidence, checks, calls, self.policy.max_calls)
+        return Draft(cat, DraftTree.from_pool(cat, keep), expanded, confidence, checks, calls, self.policy.max_calls,
+                     self.policy.costs_used())

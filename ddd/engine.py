@@ -7,7 +7,7 @@ record; nothing in the record feeds back into decoding.
 from __future__ import annotations
 
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from dataclasses import replace
 from typing import Any
 
@@ -15,6 +15,7 @@ import torch
 from transformers import DynamicCache
 
 from .acceptance import Acceptance, TreeLogits, accept_greedy, accept_sampled, next_token
+from .costs import LADDER, CostMeter, StepCosts, meter_for
 from .drafting import Draft, Drafter, DynamicTreeDrafter, HeadRunner, StaticTreeDrafter
 from .head import DraftHead
 from .models import Target
@@ -29,7 +30,8 @@ class PromptError(ValueError):
     """The prompt cannot be decoded (empty, or longer than the model's context)."""
 
 
-def make_drafter(method: str, settings: Any, head: DraftHead | None) -> Drafter | None:
+def make_drafter(method: str, settings: Any, head: DraftHead | None, meter: CostMeter | None = None,
+                 clock: Callable[[], float] = time.perf_counter) -> Drafter | None:
     if check_method(method) == "plain":
         return None
     if method == "eagle":
@@ -37,8 +39,17 @@ def make_drafter(method: str, settings: Any, head: DraftHead | None) -> Drafter 
     if method == "eagle2":
         return DynamicTreeDrafter.eagle2(settings)
     if method == "cost":
-        return DynamicTreeDrafter.cost(settings, head.calibration)
+        return DynamicTreeDrafter.cost(settings, head.calibration, meter, clock)
     return DynamicTreeDrafter.ddd(settings)
+
+
+def cost_meter(target: Target, head: DraftHead, settings: Any) -> CostMeter | None:
+    """The process's meter of this pair's step costs for a measuring cost rule (None where its costs are
+    pinned): one per target, head, precision, device and beam width (a draft call expands beam_width nodes)."""
+    if settings.pin_costs:
+        return None
+    key = (id(target.model), id(head), target.precision, str(target.device), settings.beam_width)
+    return meter_for(key, StepCosts.of(settings))
 
 
 def encode_prompt(target: Target, prompt: str, chat: bool = True) -> list[int]:
@@ -107,8 +118,10 @@ class Generation:
 
     def __init__(self, target: Target, head: DraftHead | None, prompt: str | list[int], method: str = "ddd", *,
                  max_new_tokens: int = MAX_NEW_TOKENS.default, sampling: Sampling | None = None,
-                 settings: Any = None, chat: bool = True, record: bool = True, eos_ids: set[int] | None = None):
+                 settings: Any = None, chat: bool = True, record: bool = True, eos_ids: set[int] | None = None,
+                 clock: Callable[[], float] = time.perf_counter):
         self.target, self.head, self.method = target, head, check_method(method)
+        self.clock = clock  # every step's timings read it (tests inject one)
         # A copy: the run must not change the caller's object, nor the caller the run's.
         self.sampling = replace(sampling) if sampling is not None else Sampling()
         self.sampling.validate()
@@ -122,7 +135,8 @@ class Generation:
         self.max_new_tokens = MAX_NEW_TOKENS.parse(max_new_tokens)
         self.record = record
         self.prompt_ids = prompt_ids(target, prompt, chat)
-        self.drafter = make_drafter(method, self.settings, head)
+        self.meter = cost_meter(target, head, self.settings) if method == "cost" else None
+        self.drafter = make_drafter(method, self.settings, head, self.meter, clock)
         self.token_ids: list[int] = []
         self._text = ""
         self._stop_requested = False
@@ -158,7 +172,7 @@ class Generation:
     def _sync(self) -> float:
         if self.target.device.type == "cuda":
             torch.cuda.synchronize()
-        return time.perf_counter()
+        return self.clock()
 
     def __iter__(self) -> Iterator[Step]:
         # Inference mode is entered per step, never held across a yield: it is thread-wide state, and runs
@@ -184,6 +198,8 @@ class Generation:
         start = self._sync()
         hidden, features = self._forward(input_ids=ids, cache=cache, use_cache=True)
         logits = model.lm_head(hidden[-1:])[0]
+        if self.meter is not None and not self.meter.timed:
+            self._time_sizes(cache, ids[0, -1])
         verified = self._sync()
         token = next_token(logits, self.sampling, generator)
         step = Step(index=0, token_ids=[token], text="", accepted=0, verify_ms=(verified - start) * 1e3, prefill=True)
@@ -242,6 +258,8 @@ class Generation:
             if draft is not None:
                 self._describe(step, draft, acceptance)
             done = self._emit(step, verified)
+            if self.drafter is not None:
+                self.drafter.observe(step)
             if not done and cache.get_seq_length() >= limit:
                 self.trace.stop_reason = f"context limit: {self.target.name} reads at most {limit} tokens"
                 done = True
@@ -255,6 +273,21 @@ class Generation:
         output = self.target.model.model(**inputs, **self._feature_request)
         hidden = output.last_hidden_state[0]
         return hidden, (self.head.target_features(output)[0] if self.drafter is not None else hidden)
+
+    def _time_sizes(self, cache: DynamicCache, token: torch.Tensor) -> None:
+        """The meter's warm-up, once per pair in a process, inside the prefill: a verify forward over each size of
+        the ladder up to the settings' total tokens, each left out of the cache again; the second of two counts
+        (a shape's first forward pays for allocations)."""
+        past = cache.get_seq_length()
+        for size in [n for n in LADDER if n <= min(self.settings.total_tokens, self.target.context_limit - 1 - past)]:
+            for _ in range(2):
+                start = self._sync()
+                hidden, _ = self._forward(input_ids=token.repeat(1, size), position_ids=torch.arange(
+                    past, past + size, device=token.device)[None], cache=cache, use_cache=True)
+                self.target.model.lm_head(hidden[:1]).argmax(-1)
+                elapsed = self._sync() - start
+                cache.crop(-size)
+            self.meter.time_verify(size, elapsed)
 
     def _verify(self, cache: DynamicCache, tree: DraftTree, past: int) -> tuple[torch.Tensor, torch.Tensor]:
         """One target forward over the whole tree: each node sees the prefix, its ancestors and itself."""
@@ -304,6 +337,7 @@ class Generation:
         step.max_draft_calls = draft.max_draft_calls
         step.verified = len(draft.tree)
         step.checks = draft.checks
+        step.costs = draft.costs
         step.confidence = [float(c) for c in draft.confidence]
         step.bonus_id = acceptance.bonus
         step.bonus_text = self._token(acceptance.bonus)

@@ -29,6 +29,7 @@ EAGLE_TREE: tuple[tuple[int, ...], ...] = (
     (0, 0, 0, 0), (0, 0, 0, 1), (0, 0, 0, 2), (0, 0, 0, 0, 0), (0, 0, 0, 0, 1),
 )
 
+_FLAGS = {"true": True, "yes": True, "on": True, "1": True, "false": False, "no": False, "off": False, "0": False}
 _WHOLE = re.compile(r"[+-]?[0-9]+")
 _DECIMAL = re.compile(r"[+-]?([0-9]+\.?[0-9]*|\.[0-9]+)([eE][+-]?[0-9]+)?")
 # Longer digit strings lie outside every range here; int() itself refuses more than 4,300 digits.
@@ -83,7 +84,7 @@ class Setting:
     must stay watchable), and `step` its slider's step (None: a number box)."""
 
     name: str
-    kind: str  # "int", "float", "calls" ("all" or draft calls), "tree" (rank paths)
+    kind: str  # "int", "float", "bool", "calls" ("all" or draft calls), "tree" (rank paths)
     default: Any
     low: float
     high: float
@@ -106,6 +107,8 @@ class Setting:
         return self.ui_default if ui and self.ui_default is not None else self.default
 
     def allowed(self, ui: bool = False) -> str:
+        if self.kind == "bool":
+            return "true or false"
         low, high = self.bounds(ui)
         whole = self.kind != "float"
         lo, hi = _number_text(low, whole), _number_text(high, whole)
@@ -130,6 +133,8 @@ class Setting:
             return self._calls(value, ui)
         if self.kind == "tree":
             return self._tree(value, ui)
+        if self.kind == "bool":
+            return self._flag(value)
         return self._number(value, ui)
 
     def ui_value(self, value: Any) -> Any:
@@ -185,6 +190,13 @@ class Setting:
         other_digits = any(not c.isascii() and (c.isdigit() or c.isnumeric()) for c in text)
         hint = " (only the digits 0-9 are read)" if other_digits else ""
         raise self.error(f"must be {what}, not {shown(text)}{hint}")
+
+    def _flag(self, value: Any) -> bool:
+        if isinstance(value, bool):
+            return value
+        if isinstance(value, str) and value.strip().lower() in _FLAGS:
+            return _FLAGS[value.strip().lower()]
+        raise self.error(f"must be {self.allowed()}, not {shown(value)}")
 
     def _calls(self, value: Any, ui: bool) -> str | tuple[int, ...]:
         what = self.allowed(ui)
@@ -254,8 +266,12 @@ THRESHOLD = Setting("threshold", "float", -0.3, -1000, 0, "threshold on H",
                     "DDD stops drafting when H, the log of the beam's total draft probability, falls below this",
                     why_high="H is the log of a probability, never above 0, so every check would stop")
 
-# The cost rule's defaults: `python -m ddd.bench.budget --dtype int8` on a 2-core AVX2 CPU (docs/results.md);
-# the budget tool prints this machine's own.
+# The cost rule measures its own costs as it decodes (ddd/costs.py CostMeter) unless pinned; the declared values
+# are where a pinned rule stays and where a measuring one starts before it has timed anything: `python -m
+# ddd.bench.budget --dtype int8` on a 2-core AVX2 CPU (docs/results.md).
+PIN_COSTS = Setting("pin_costs", "bool", False, 0, 1, "pin the costs",
+                    "use the three costs below as they are (reproducible trees) instead of measuring this machine's "
+                    "as the rule decodes")
 DRAFT_COST = Setting("draft_cost", "float", 0.06, 0, 10, "draft call cost",
                      "what one draft call costs, in plain decoding steps", ui_high=1, step=0.01, above_low=True)
 VERIFY_BASE = Setting("verify_base", "float", 0.09, 0, 10, "verify base cost",
@@ -272,7 +288,7 @@ METHOD_DECLARATIONS: dict[str, tuple[Setting, ...]] = {
     "eagle": (EAGLE_TREE_SETTING,),
     "eagle2": (BEAM_WIDTH, DRAFT_CALLS, TOTAL_TOKENS),
     "ddd": (BEAM_WIDTH, MAX_DRAFT_CALLS, CHECK_STEPS, THRESHOLD, TOTAL_TOKENS),
-    "cost": (BEAM_WIDTH, MAX_DRAFT_CALLS, TOTAL_TOKENS, *COST_SETTINGS),
+    "cost": (BEAM_WIDTH, MAX_DRAFT_CALLS, TOTAL_TOKENS, PIN_COSTS, *COST_SETTINGS),
 }
 
 

@@ -58,6 +58,19 @@ class DepthCheck:
 
 
 @dataclass
+class CostsUsed:
+    """The costs the cost rule priced a step with, in plain steps (ddd/costs.py StepCosts): measured on this
+    machine as it decoded, or its settings' where they are pinned or nothing was timed yet."""
+
+    draft_cost: float
+    verify_base: float
+    verify_cost: float
+    measured: bool
+    step_ms: float | None = None  # what the fixed part of a step (a plain step) took here, where measured
+    retimed: bool = False  # the step verified a size the meter had not timed lately, not its best tree
+
+
+@dataclass
 class Step:
     index: int
     token_ids: list[int]  # tokens emitted this step (accepted drafts, then the bonus)
@@ -77,6 +90,7 @@ class Step:
     bonus_id: int | None = None
     bonus_text: str = ""
     chain_end: str = ""  # one of CHAIN_ENDS for a speculative step
+    costs: CostsUsed | None = None  # the cost rule's
 
     @property
     def ms(self) -> float:
@@ -95,6 +109,8 @@ class Step:
         data = dict(data)
         data["pool"] = [DraftNode(**n) for n in data.get("pool", [])]
         data["checks"] = [DepthCheck(**c) for c in data.get("checks", [])]
+        if data.get("costs") is not None:
+            data["costs"] = CostsUsed(**data["costs"])
         return cls(**data)
 
 

@@ -176,8 +176,12 @@ def _run(trace: RunTrace, max_calls: int | None) -> _Run:
 
 
 def own_costs(trace: RunTrace | None) -> StepCosts:
-    """The run's own step costs: a cost-rule run's settings, else the declared defaults (a 2-core CPU's)."""
+    """The run's own step costs: what a cost-rule run priced its last step with (measured as it decoded, or its
+    settings'), else the declared defaults (a 2-core CPU's)."""
     settings = trace.settings if trace is not None and trace.method == "cost" else {}
+    priced = [s.costs for s in trace.steps if s.costs is not None] if settings else []
+    if priced:
+        return StepCosts(priced[-1].draft_cost, priced[-1].verify_base, priced[-1].verify_cost)
     declared = {s.name: settings[s.name] for s in COST_SETTINGS if s.name in settings}
     return StepCosts.of(parse_settings("cost", declared))
 
@@ -264,12 +268,16 @@ def _add_level(pool: Pool, level: list[DraftNode], position: dict[int, int]) -> 
     position.update(zip((n.index for n in level), added.tolist()))
 
 
-def cost_whatif(trace: RunTrace, costs: Mapping[str, Any], *, max_draft_calls: int | None = None,
+def cost_whatif(trace: RunTrace, costs: Mapping[str, Any] | None, *, max_draft_calls: int | None = None,
                 time_costs: StepCosts | None = None) -> WhatIf:
     """`trace` replayed with the cost rule at `costs` (by the names of COST_SETTINGS; values or text, parsed by
-    their declarations), the run's head calibration (IDENTITY when it recorded none) and max draft calls; times
-    by `time_costs` (the run's own)."""
+    their declarations; None: each step at the costs it recorded, as a cost-rule run that measured its own priced
+    it), the run's head calibration (IDENTITY when it recorded none) and max draft calls; times by `time_costs`
+    (the run's own)."""
     run = _run(trace, max_draft_calls)
+    as_priced = costs is None
+    if as_priced:
+        costs = {s.name: getattr(own_costs(trace), s.name) for s in COST_SETTINGS}
     settings = parse_settings("cost", dict(costs, beam_width=run.beam_width, max_draft_calls=run.max_calls,
                                            total_tokens=run.total_tokens))
     settings.validate()
@@ -278,9 +286,12 @@ def cost_whatif(trace: RunTrace, costs: Mapping[str, Any], *, max_draft_calls: i
     costs = time_costs or own_costs(trace)
     out = []
     for step, target in zip(run.steps, run.targets):
-        if not step.draft_calls:
+        priced = step.costs if as_priced else None
+        if not step.draft_calls or (priced is not None and priced.retimed):  # a re-timing step: its size was asked
             out.append(_as_recorded(step))
             continue
+        if priced is not None:
+            policy.pinned = StepCosts(priced.draft_cost, priced.verify_base, priced.verify_cost)
         levels = _levels(step)
         root = levels[0][0]
         pool = Pool.with_root(torch.tensor(root.token_id))

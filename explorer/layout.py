@@ -152,6 +152,8 @@ def widget(setting: Setting, value: Any) -> Any:
     options = dict(label=label(setting), info=setting.help, min_width=WIDGET_WIDTH)
     if setting.kind == "calls":
         return gr.Textbox(setting.ui_value(value), **options)
+    if setting.kind == "bool":
+        return gr.Checkbox(value, **options)
     if setting.step is None:
         return CheckedNumber(value, precision=0 if setting.kind == "int" else None, **options)
     return CheckedSlider(slider_minimum(setting, setting.step), setting.bounds(ui=True)[1], value=value,

@@ -8,18 +8,19 @@ from typing import Any
 from components.inputs import TREE_COLUMNS, TREE_NAMES, TREE_SETTINGS
 from components.race import RACE_METHODS
 from ddd.bench.budget import BudgetReport
-from ddd.settings import COST_SETTINGS, METHOD_DECLARATIONS, Setting
+from ddd.settings import COST_SETTINGS, METHOD_DECLARATIONS, PIN_COSTS, Setting
 from ddd.turns import Entry
 
 # The papers' values (the declared defaults) suit 7B targets on a GPU, where verifying 60 tokens costs about
 # what one token costs. On a CPU verification grows with the tree; the CPU preset verifies a few more tokens
 # than the fastest settings `python -m ddd.bench.budget --dtype int8` finds, so that the trees and DDD's depth
-# choice stay visible (README: results on a 2-core CPU). The cost rule's costs are measured, not chosen: the
-# declared ones are a 2-core CPU's in int8, and "measure this machine" finds the machine's own.
+# choice stay visible (README: results on a 2-core CPU). Neither carries a machine's costs: the cost rule measures
+# its own as it decodes (ddd/costs.py CostMeter), starting from the declared ones; "measure this machine" starts
+# it from this machine's.
 PRESETS = {
     "papers (GPU)": {s.name: s.default for s in TREE_SETTINGS},
     "small CPU model": dict(beam_width=8, draft_calls=3, total_tokens=6, max_draft_calls=8, check_steps="all",
-                            threshold=-0.3, **{s.name: s.default for s in COST_SETTINGS}),
+                            threshold=-0.3, **{s.name: s.default for s in (PIN_COSTS, *COST_SETTINGS)}),
 }
 GPU_PRESET, CPU_PRESET = PRESETS
 # A third preset times this machine once (ddd.bench.budget) and fills in the fastest predicted settings.
@@ -56,12 +57,12 @@ def _on_widget(setting: Setting, value: float) -> float:
 
 def measured_preset(report: BudgetReport) -> dict[str, Any]:
     """The preset from a ddd.bench.budget report: the fastest EAGLE-2, and the fastest DDD verifying as many
-    tokens (with the same beam width, so the two share the panel's settings); the cost rule's costs as measured,
-    its verify cost over the tokens those trees verify."""
+    tokens (with the same beam width, so the two share the panel's settings); the cost rule measuring its own costs
+    as it decodes, starting from those measured here."""
     eagle2 = report.best("eagle2")
     ddd = report.best("ddd", total_tokens=eagle2.settings["total_tokens"])
     costs = report.costs.step_costs(eagle2.settings["total_tokens"])
-    return {**ddd.settings, **eagle2.settings,
+    return {**ddd.settings, **eagle2.settings, PIN_COSTS.name: False,
             **{s.name: _on_widget(s, getattr(costs, s.name)) for s in COST_SETTINGS},
             "summary": f"predicted {eagle2.speedup:.2f}x for EAGLE-2 (tau {eagle2.tau:.2f}) and {ddd.speedup:.2f}x "
                        f"for DDD (tau {ddd.tau:.2f}) against plain decoding; a draft call costs "

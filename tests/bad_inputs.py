@@ -188,7 +188,7 @@ assert len(set(FILE_IDS)) == len(FILE_IDS)
 # The Run button's inputs in the panel's order (the API's arguments), with each tree setting by its declared name.
 GOOD = dict(prompt="the cat", max_new_tokens=24, temperature=0.0, top_p=1.0, seed=0, precision="float32",
             beam_width=4, draft_calls=4, total_tokens=20, max_draft_calls=8, check_steps="3,5,7", threshold=-0.3,
-            draft_cost=0.05, verify_base=0.1, verify_cost=0.04)
+            pin_costs=False, draft_cost=0.05, verify_base=0.1, verify_cost=0.04)
 SEED_RANGE = "from 0 to 9,223,372,036,854,775,807"
 CHECKS = "'all' or draft calls from 1 to 24, such as 5,7,9"
 INPUT_CASES = [

@@ -16,7 +16,7 @@ from tests.tiny import PROMPTS
 
 DDD = dict(beam_width=4, max_draft_calls=6, check_steps="all", threshold=-1.0, total_tokens=12)
 COSTS = dict(draft_cost=0.02, verify_base=0.01, verify_cost=0.01)
-COST = dict(beam_width=4, max_draft_calls=6, total_tokens=12, **COSTS)
+COST = dict(beam_width=4, max_draft_calls=6, total_tokens=12, pin_costs=True, **COSTS)
 # Dear enough that the rule stops early and verifies few tokens, where COST goes deeper.
 DEAR_COSTS = dict(draft_cost=0.3, verify_base=0.2, verify_cost=0.1)
 DEAR = dict(COST, **DEAR_COSTS)
@@ -65,6 +65,12 @@ def test_a_shipped_example_at_its_own_settings_gives_back_the_run(name):
     result = ddd_whatif(trace, trace.settings["threshold"], trace.settings["check_steps"])
     assert as_recorded(result) == recorded(trace)
     assert not result.complete  # the file keeps only the candidates the tree view shows
+
+
+def test_a_rule_that_measured_its_costs_replayed_at_the_costs_each_step_recorded_gives_back_the_run(llama, llama_head):
+    measuring = run(llama, llama_head, "cost", **dict(COST, pin_costs=False))
+    assert all(s.costs.measured for s in measuring.steps if not s.prefill)
+    assert as_recorded(cost_whatif(measuring, None)) == recorded(measuring)
 
 
 def test_the_cost_rule_at_its_own_costs_gives_back_the_run(cost_run):

@@ -59,9 +59,9 @@ TREE_SETTINGS = {
     "ddd": [{}, {"check_steps": "all", "threshold": -0.05}, {"beam_width": 4, "max_draft_calls": 6, "check_steps": "2,4",
                                                             "total_tokens": 12}],
     # The cost rule cheap enough to go deep, and dear enough to stop at the first call.
-    "cost": [{}, {"draft_cost": 0.001, "verify_base": 0, "verify_cost": 0},
-             {"beam_width": 3, "max_draft_calls": 6, "total_tokens": 8, "draft_cost": 2, "verify_base": 1,
-              "verify_cost": 0.5}],
+    "cost": [{}, {"pin_costs": True, "draft_cost": 0.001, "verify_base": 0, "verify_cost": 0},
+             {"beam_width": 3, "max_draft_calls": 6, "total_tokens": 8, "pin_costs": True, "draft_cost": 2,
+              "verify_base": 1, "verify_cost": 0.5}],
 }
 
 
@@ -172,8 +172,8 @@ def write_broken_head(directory: Path, target: Target, kind: str) -> Path:
 
 # The app on the tiny model: the Run button's settings in the panel's order (max_new_tokens, temperature,
 # top_p, seed, precision, then the tree settings: beam_width, draft_calls, total_tokens, max_draft_calls, check_steps,
-# threshold, draft_cost, verify_base, verify_cost; then the cost column's switch, off).
-RACE_SETTINGS = [24, 0.0, 1.0, 0, "float32", 4, 4, 20, 8, "3,5,7", -0.3, 0.05, 0.1, 0.04, False]
+# threshold, pin_costs, draft_cost, verify_base, verify_cost; then the cost column's switch, off).
+RACE_SETTINGS = [24, 0.0, 1.0, 0, "float32", 4, 4, 20, 8, "3,5,7", -0.3, False, 0.05, 0.1, 0.04, False]
 TREE_MODE = "verified + best dropped"
 
 

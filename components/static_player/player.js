@@ -233,6 +233,8 @@
         list(item, at, K.limits.listItems).forEach((path, i) => list(path, `${at}[${i}]`, K.limits.listItems).forEach((rank, j) => int(rank, `${at}[${i}][${j}]`, setting.low, setting.high)));
       } else if (setting.kind === "float") {
         number(item, at, setting.low, setting.high);
+      } else if (setting.kind === "bool") {
+        flag(item, at);
       } else {
         int(item, at, setting.low, setting.high);
       }
@@ -314,6 +316,14 @@
     keys(data, K.fields.step, ["index", "token_ids", "text", "accepted"], where);
     const confidence = list(data.confidence === undefined ? [] : data.confidence, `${where}.confidence`, K.limits.listItems)
       .map((value, i) => number(value, `${where}.confidence[${i}]`, -Infinity, 1e-3, true));
+    if (data.costs !== undefined && data.costs !== null) { // the costs a cost-rule step was priced with
+      const costs = obj(data.costs, `${where}.costs`);
+      keys(costs, K.fields.costs, K.fields.costs.filter((name) => name !== "step_ms" && name !== "retimed"), `${where}.costs`);
+      for (const [name, [low, high]] of Object.entries(K.costBounds)) number(costs[name], `${where}.costs.${name}`, low, high);
+      flag(costs.measured, `${where}.costs.measured`);
+      flag(costs.retimed, `${where}.costs.retimed`, false);
+      if (costs.step_ms !== undefined && costs.step_ms !== null) number(costs.step_ms, `${where}.costs.step_ms`, 0, K.limits.ms);
+    }
     if (data.chain_end !== undefined && data.chain_end !== "" && !K.chainEnds.includes(data.chain_end)) {
       fail(`${where}.chain_end`, `is ${short(data.chain_end)}, not one of ${K.chainEnds.join(", ")}`);
     }

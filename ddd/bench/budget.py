@@ -28,7 +28,7 @@ from transformers import DynamicCache
 
 from ddd.catalog import resolve_head
 from ddd.cli import model_arguments
-from ddd.costs import StepCosts
+from ddd.costs import StepCosts, fit_verify, steps_of
 from ddd.engine import encode_prompt, generate
 from ddd.head import DraftHead, HeadLoadError
 from ddd.numbers import readable
@@ -75,14 +75,11 @@ class Costs:
     plain_ms: float  # one whole plain decoding step at the same context
 
     def step_costs(self, verified: int) -> StepCosts:
-        """The cost rule's costs (ddd/costs.py) in plain steps: a draft call; each verified token beyond the
-        second, the slope of the target's forward from two tokens to `verified` (at least 4); the base, what the
-        second token costs beyond that slope (the step from a one-token forward to a tree forward)."""
-        n = max(verified, 4)
-        two = interpolate(self.forward_ms, 2)
-        slope = max((interpolate(self.forward_ms, n) - two) / (n - 2), 0.0)
-        base = max(two - interpolate(self.forward_ms, 1) - slope, 0.0)
-        return StepCosts(self.draft_call_ms / self.plain_ms, base / self.plain_ms, slope / self.plain_ms)
+        """The cost rule's costs (ddd/costs.py) in plain steps, by the fit the rule itself makes of its timings
+        (fit_verify): the timed forwards up to `verified` tokens (at least 4), a draft call, a plain step."""
+        sizes = {n: ms for n, ms in self.forward_ms.items() if n <= max(verified, 4)}
+        fit = fit_verify(sizes, dict.fromkeys(sizes, 1.0))
+        return steps_of(fit, self.draft_call_ms, self.plain_ms)
 
     def step_ms(self, verified: int, draft_calls: int, lm_rows: list[int]) -> float:
         """lm_rows: the sizes of the LM-head calls greedy acceptance makes (see accept_greedy)."""
