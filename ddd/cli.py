@@ -1,4 +1,5 @@
-"""Command line: `python -m ddd generate --method ddd "prompt"` streams the answer, then the summary.
+"""Command line: `python -m ddd generate --method ddd "prompt"` streams the answer, then the summary;
+`python -m ddd export-generate DIR` writes a custom_generate folder for transformers' generate().
 (`python -m ddd.bench.budget` measures this machine and prints the fastest EAGLE-2 and DDD settings.)"""
 from __future__ import annotations
 
@@ -9,6 +10,7 @@ import threading
 
 from .engine import PromptError, generate
 from .catalog import resolve_head
+from .export_generate import ExportError, export_generate
 from .head import HeadLoadError
 from .models import DTYPES, ModelLoadError, load_target
 from .settings import MAX_NEW_TOKENS, METHODS, SAMPLING_SETTINGS, Sampling, SettingsError, add_argument, settings_help
@@ -42,6 +44,9 @@ def build_parser() -> argparse.ArgumentParser:
                      help="a setting of the method, e.g. --set threshold=-0.5 --set check_steps=all (repeatable; "
                           "listed below)")
     gen.add_argument("--save", default=None, help="write the run's trace to this JSON file")
+    export = sub.add_parser("export-generate", help="write DIR (new or empty) as a folder transformers' generate() "
+                            "runs with custom_generate=DIR, trust_remote_code=True")
+    export.add_argument("directory", metavar="DIR")
 
     return parser
 
@@ -73,6 +78,14 @@ def _stream(run) -> None:
 def main(argv: list[str] | None = None) -> int:
     parser = build_parser()
     args = parser.parse_args(argv)
+    if args.command == "export-generate":
+        try:
+            folder = export_generate(args.directory)
+            print(f"wrote {folder}: model.generate(..., custom_generate={str(folder)!r}, trust_remote_code=True, "
+                  "head=..., method='ddd') runs it (its README.md says more)")
+        except (ExportError, OSError) as err:
+            parser.exit(2, f"error: {err}\n")
+        return 0
     try:
         target = load_target(args.model, dtype=args.dtype, device=args.device, attn=args.attn)
         head = None
