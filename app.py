@@ -7,12 +7,17 @@ GPU). The app's parts live in `explorer/` (docs/app.md).
 """
 from __future__ import annotations
 
-import argparse
-import importlib.util
 import os
-from pathlib import Path
 
-import gradio as gr
+# OpenMP's idle threads busy-wait by default, and each Gradio worker thread that runs a forward starts its own team of
+# them: on a small CPU they took the cores from the decoding, and the first race after a start ran several times
+# slower than the next (docs/app.md). Read once, when PyTorch loads, so it is set before anything imports it.
+os.environ.setdefault("OMP_WAIT_POLICY", "PASSIVE")
+
+import argparse  # noqa: E402 - after the OpenMP setting, as every import below
+from pathlib import Path  # noqa: E402
+
+import gradio as gr  # noqa: E402
 
 from components.runfile import LIMITS
 from components.views import CSS
@@ -22,6 +27,7 @@ from explorer.deploy import export_space_cli
 from explorer.examples import ExampleShelf, record_examples
 from explorer.models import CPU_PRECISION, ModelChoice, ModelConfig, Models
 from explorer.page import build_page
+from explorer.racing import time_start_up, zero_gpu
 
 ROOT = Path(__file__).resolve().parent
 EXAMPLES_DIR = Path(os.environ.get("DDD_EXAMPLES") or ROOT / "assets" / "examples")
@@ -48,11 +54,6 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     return parser.parse_args(argv)
 
 
-def zero_gpu() -> bool:
-    """Whether this is a ZeroGPU Space: its `spaces` package is installed there and rarely anywhere else."""
-    return importlib.util.find_spec("spaces") is not None
-
-
 def main(argv: list[str] | None = None) -> None:
     args = parse_args(argv)
     if args.export_space:
@@ -64,6 +65,9 @@ def main(argv: list[str] | None = None) -> None:
     if zero_gpu():  # nothing can load later there, so the menu offers what loads now (explorer.choosing)
         models.pin([ModelChoice(p.model, p.head) for p in PAIRS if p.gpu_only])
     page = build_page(models, ExampleShelf(EXAMPLES_DIR))
+    if page.runner.gpu is not None:  # on ZeroGPU: a visitor's race asks for what it will take (explorer.gputime)
+        time_start_up(models, page.runner.race, page.runner.measure, page.runner.gpu,
+                      [None, *(ModelChoice(p.model, p.head) for p in PAIRS if p.gpu_only)])
     page.demo.launch(server_name=args.host, server_port=args.port, css=CSS, allowed_paths=[str(EXAMPLES_DIR)],
                      max_file_size=LIMITS.file_bytes, theme=gr.themes.Soft(**THEME))
 

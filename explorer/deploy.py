@@ -3,7 +3,8 @@ else (README: Deploy).
 
 - zerogpu: the Gradio app for a ZeroGPU Space (free accounts): app.py, the modules the app imports (found by
   importing it in a fresh interpreter), the shipped head and examples; PyTorch and Python at versions ZeroGPU
-  runs, and `spaces`, whose presence is how the app knows it is on ZeroGPU (app.zero_gpu).
+  runs, and `spaces`, whose presence is how the app knows it is on ZeroGPU (explorer.racing.zero_gpu); the
+  pairs it offers, downloaded at build time (`preload_from_hub`), and a start-up limit that fits them.
 - cpu: the same app for a CPU Space (paid CPU hardware), on the project's own requirements.
 - static: no server at all: one index.html that replays the recorded races (components.static_page).
 
@@ -13,6 +14,7 @@ from __future__ import annotations
 
 import ast
 import json
+import math
 import os
 import shutil
 import subprocess
@@ -20,6 +22,7 @@ import sys
 import tempfile
 from dataclasses import dataclass
 from functools import lru_cache
+from types import SimpleNamespace
 from pathlib import Path
 
 import gradio
@@ -27,6 +30,7 @@ import yaml
 from packaging.requirements import Requirement
 
 from components.static_page import PLAYER, write_static_page
+from ddd.catalog import HEADROOM, PAIRS, ModelPair, parameter_count
 from ddd.models import DEFAULT_HUB_ID
 
 from .models import ZERO_GPU_BYTES
@@ -58,6 +62,81 @@ print(json.dumps(sorted(files)))
 """
 
 
+# The targets' sizes, from their config.json (the export reads nothing from the hub): what decides, as Models.pin does
+# at start-up, which pairs a ZeroGPU Space offers, and so what it downloads at build time and how much disk they take.
+_LLAMA3_8B = dict(hidden_size=4096, intermediate_size=14336, num_hidden_layers=32, num_attention_heads=32,
+                  num_key_value_heads=8, vocab_size=128256)
+TARGET_SIZES = {
+    DEFAULT_HUB_ID: dict(hidden_size=576, intermediate_size=1536, num_hidden_layers=30, num_attention_heads=9,
+                         num_key_value_heads=3, vocab_size=49152, tie_word_embeddings=True),
+    "lmsys/vicuna-7b-v1.3": dict(hidden_size=4096, intermediate_size=11008, num_hidden_layers=32,
+                                 num_attention_heads=32, num_key_value_heads=32, vocab_size=32000),
+    "meta-llama/Meta-Llama-3-8B-Instruct": _LLAMA3_8B,
+    "meta-llama/Llama-3.1-8B-Instruct": _LLAMA3_8B,
+}
+# The files a load reads, where a repository holds more (the Llama repositories keep a second copy of the weights
+# in original/, another 16 GB); the others are downloaded whole. Loading goes through the hub cache, where the
+# build puts these.
+_LLAMA3_FILES = ",".join(["config.json", "generation_config.json", "model.safetensors.index.json",
+                          *(f"model-0000{i}-of-00004.safetensors" for i in range(1, 5)),
+                          "special_tokens_map.json", "tokenizer.json", "tokenizer_config.json"])
+TARGET_FILES = {
+    DEFAULT_HUB_ID: "config.json,generation_config.json,model.safetensors,special_tokens_map.json,tokenizer.json,"
+                    "tokenizer_config.json",
+    "meta-llama/Meta-Llama-3-8B-Instruct": _LLAMA3_FILES,
+    "meta-llama/Llama-3.1-8B-Instruct": _LLAMA3_FILES,
+}
+GATED = ("meta-llama/",)  # their pairs need an HF_TOKEN secret that may read them
+# Start-up budget per pair, assumed rather than measured (no ZeroGPU here): the weights read from the Space's disk at
+# a pessimistic 100 MB/s, then two short races and the measured preset (explorer.racing.time_start_up), 3 minutes;
+# twice that, for a slow start, and at least ZeroGPU's default of 30 minutes.
+READ_BYTES_PER_S = 100 * 10**6
+TIMING_S = 180
+
+
+@dataclass(frozen=True)
+class SpacePair:
+    """A pair a ZeroGPU Space offers: what it downloads at build time and what it takes."""
+
+    label: str
+    target: str
+    head: str | None  # None: the shipped head, which comes with the Space's files
+    nbytes: int  # 16-bit weights, target and head: on disk, and in the GPU's memory (float16)
+
+    def preload(self) -> list[str]:
+        """Its front-matter entries: "repo_id" (every file) or "repo_id file1,file2"."""
+        files = TARGET_FILES.get(self.target)
+        return [f"{self.target} {files}" if files else self.target, *([self.head] if self.head else [])]
+
+    def start_up_s(self) -> float:
+        return self.nbytes / READ_BYTES_PER_S + TIMING_S
+
+
+def pair_bytes(pair: ModelPair) -> int:
+    """A pair's 16-bit weights: the target's parameters as ddd.catalog counts them, and for its head (EAGLE's) one
+    decoder layer of the target and the layer that feeds it."""
+    config = SimpleNamespace(**TARGET_SIZES[pair.model or DEFAULT_HUB_ID])
+    layer = parameter_count(SimpleNamespace(**{**vars(config), "num_hidden_layers": 1, "vocab_size": 0}))
+    return (parameter_count(config) + layer + 2 * config.hidden_size ** 2) * 2
+
+
+def space_pairs() -> list[SpacePair]:
+    """The pairs a ZeroGPU Space offers: the default, then each papers' pair that fits ZERO_GPU_BYTES beside those
+    before it, by the same estimate Models.pin makes (ddd.catalog.needed_bytes)."""
+    chosen: list[SpacePair] = []
+    for pair in PAIRS:
+        nbytes = pair_bytes(pair)
+        if pair.gpu_only and nbytes * HEADROOM > ZERO_GPU_BYTES - sum(p.nbytes for p in chosen):
+            continue  # the default always loads
+        chosen.append(SpacePair(pair.label, pair.model or DEFAULT_HUB_ID, pair.head, nbytes))
+    return chosen
+
+
+def start_up_timeout(pairs: list[SpacePair]) -> str:
+    minutes = max(math.ceil(2 * sum(p.start_up_s() for p in pairs) / 60 / 10) * 10, 30)
+    return f"{minutes}m"
+
+
 class ExportError(Exception):
     """The export cannot go ahead; the message says why and what to do."""
 
@@ -71,7 +150,8 @@ class Kind:
 
 
 SPACE_KINDS = {
-    "zerogpu": Kind("zerogpu", "zero-a10g", ZEROGPU_PYTHON, "A free account can host it (ZeroGPU)."),
+    "zerogpu": Kind("zerogpu", "zero-a10g", ZEROGPU_PYTHON, "A free account can host it (ZeroGPU): one with a "
+                    "verified email, older than 30 days, hosting at most 2 ZeroGPU Spaces."),
     "cpu": Kind("cpu", "cpu-basic", CPU_PYTHON, "It needs a paid plan: Gradio Spaces on CPU hardware are paid."),
     "static": Kind("static", None, None, "Any account can host it: static Spaces are free."),
 }
@@ -160,6 +240,10 @@ def front_matter(kind: Kind) -> dict:
         # that the hub gives it (explorer.models.Models.pin), and a CPU Space offers the default model only.
         front.update(sdk="gradio", sdk_version=gradio.__version__, app_file="app.py", python_version=kind.python,
                      suggested_hardware=kind.hardware, models=[DEFAULT_HUB_ID])
+        if kind.name == "zerogpu":  # downloaded at build time, so a start reads them from disk
+            pairs = space_pairs()
+            front.update(models=[p.target for p in pairs], startup_duration_timeout=start_up_timeout(pairs),
+                         preload_from_hub=[entry for p in pairs for entry in p.preload()])
     front.update(pinned=False, license="mit",
                  short_description="Race plain decoding, EAGLE-2 and DDD speculative decoding"
                  if kind.name != "static" else "Recorded races of plain decoding, EAGLE-2 and DDD")
@@ -208,14 +292,23 @@ def readme(kind: Kind) -> str:
             "",
         ]
         if kind.name == "zerogpu":
+            pairs = space_pairs()
             body += [
                 "On ZeroGPU the models load once, at start-up, in float16, and the model menu offers exactly those: "
                 "the default pair and each of the papers' pairs (7-8B targets with their EAGLE heads) that fits the "
-                f"GPU's {ZERO_GPU_BYTES // 10**9} GB beside the pairs before it, downloaded from the hub at start-up, "
-                "so the first start takes long. The Llama models are gated on the hub: without a token that may "
-                "read them (an `HF_TOKEN` secret) their pairs are left out, and the Space's log says which pair was "
-                "left out and why. Each race runs in a GPU process reserved for about as long as the tokens asked "
-                "for need.",
+                f"GPU's {ZERO_GPU_BYTES // 10**9} GB beside the pairs before it. The build downloads them "
+                "(`preload_from_hub`), so a start reads them from the Space's disk:",
+                "",
+                "| pair | disk | start-up (assumed) |",
+                "|---|---|---|",
+                *(f"| {p.label} | {p.nbytes / 1e9:.1f} GB | {p.start_up_s() / 60:.0f} min |" for p in pairs),
+                "",
+                f"{sum(p.nbytes for p in pairs) / 1e9:.0f} GB in all, of the Space's 50 GB disk; the start-up limit "
+                f"(`startup_duration_timeout`) is {start_up_timeout(pairs)}. The Llama models are gated on the hub: "
+                "their pairs need a token that may read them (an `HF_TOKEN` secret), or are left out, and the Space's "
+                "log says which pair was left out and why. At start-up the Space also times each pair's races and "
+                "measures it for the \"measure this machine\" preset, charged to no visitor; each visitor's race then "
+                "asks ZeroGPU for the GPU time this Space's races of that pair took, with a margin.",
             ]
         else:
             body += [

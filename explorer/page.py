@@ -15,11 +15,12 @@ from components.race import TREE_METHODS
 
 from .choosing import ModelMenu, menu_items
 from .examples import ExampleShelf
+from .gputime import GpuTime
 from .layout import COLUMNS, COST_PARTS, RACE_OUTPUTS, SETTINGS, STEP_OUTPUTS, Ui, layout
 from .lesson import LINK_OUTPUTS, LessonPanel, wire as wire_lesson
 from .models import Models
 from .presets import PRESET_FIELDS, default_preset
-from .racing import device_measure, device_race
+from .racing import device_measure, device_race, zero_gpu
 from .running import Runner
 from .sessions import Session, Sessions
 from .viewing import Viewer
@@ -92,7 +93,8 @@ def build_page(models: Models, shelf: ExampleShelf, sessions: Sessions | None = 
                     items.typed, Session, sessions.close)
         place_whatif(ui)  # under the race, the page's last part
         viewer = Viewer(ui, sessions, shelf)
-        runner = Runner(ui, models, sessions, viewer, device_race(models), device_measure(models))
+        runner = Runner(ui, models, sessions, viewer, device_race(models), device_measure(models),
+                        GpuTime() if zero_gpu() else None)
         lesson = LessonPanel(ui, shelf)
         _wire_viewing(demo, ui, viewer, lesson)
         wire_lesson(ui, lesson)

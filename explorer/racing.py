@@ -8,7 +8,9 @@ it before every turn. The app, the example recorder and the tests all race throu
 """
 from __future__ import annotations
 
+import importlib.util
 import os
+import time
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field, replace
 from typing import Any
@@ -19,16 +21,16 @@ from ddd.bench.budget import auto_budget
 from ddd.metrics import summarize
 from ddd.settings import Sampling, SettingsError
 from ddd.trace import RunTrace, Step
-from ddd.turns import Entry, start_race
+from ddd.turns import WARM_UP_PROMPT, Entry, start_race
 
+from components.race import COLUMN_METHODS
+
+from .gputime import START_UP_ASK_S, WARM_UP_TOKENS, GpuTime
 from .models import Loaded, ModelChoice, Models
-from .presets import measured_preset
+from .presets import GPU_PRESET, PRESETS, measured_preset, race_entries
 
-# What a ZeroGPU reservation is sized from: loading, plus each method's tokens at a 7B model's pace on a
-# shared GPU, kept between ZeroGPU's short default and its documented ceiling.
-GPU_LOAD_S = 60.0
-GPU_S_PER_TOKEN = 0.08
-GPU_MIN_S, GPU_MAX_S = 30, 300
+# ZeroGPU's own default for a call that names no duration.
+DEFAULT_GPU_S = 60
 
 
 @dataclass
@@ -40,6 +42,7 @@ class RaceRequest:
     precision: str
     stop_file: str = ""  # Stop creates this file; the race ends every run after its current step
     choice: ModelChoice | None = None  # the visitor's model and head (None: the app's own)
+    gpu_seconds: int = DEFAULT_GPU_S  # the GPU time the race asks ZeroGPU for (explorer.gputime)
 
 
 @dataclass
@@ -170,10 +173,14 @@ def collect(events: Iterator[RaceEvent]) -> LiveRace:
     return live
 
 
-def gpu_seconds(request: RaceRequest, *_: Any) -> int:
-    """The GPU time a race may reserve: the work it asks for, not a fixed worst case."""
-    seconds = GPU_LOAD_S + GPU_S_PER_TOKEN * request.max_new_tokens * len(request.entries)
-    return int(min(max(seconds, GPU_MIN_S), GPU_MAX_S))
+def zero_gpu() -> bool:
+    """Whether this is a ZeroGPU Space: its `spaces` package is installed there and rarely anywhere else."""
+    return importlib.util.find_spec("spaces") is not None
+
+
+def asked_seconds(request: RaceRequest) -> int:
+    """The duration a race's GPU call asks for: the request carries it, sized by the page (explorer.gputime)."""
+    return request.gpu_seconds
 
 
 def on_device(fn: Callable, duration: Callable | int) -> Callable:
@@ -190,7 +197,7 @@ def device_race(models: Models) -> Callable[[RaceRequest], Iterator[RaceEvent]]:
     def race(request: RaceRequest) -> Iterator[RaceEvent]:
         yield from race_events(models, request)
 
-    return on_device(race, gpu_seconds)
+    return on_device(race, asked_seconds)
 
 
 def device_measure(models: Models) -> Callable[[str, ModelChoice | None], dict[str, Any]]:
@@ -200,4 +207,34 @@ def device_measure(models: Models) -> Callable[[str, ModelChoice | None], dict[s
         with models.using(choice, precision) as loaded, models.lock:
             return measured_preset(auto_budget(loaded.target, loaded.head))
 
-    return on_device(measure, GPU_MAX_S)
+    return on_device(measure, START_UP_ASK_S)
+
+
+def time_start_up(models: Models, race: Callable[[RaceRequest], Iterator[RaceEvent]],
+                  measure: Callable[[str, ModelChoice | None], dict[str, Any]], gpu: GpuTime,
+                  choices: list[ModelChoice | None]) -> None:
+    """On ZeroGPU, before the first visitor and charged to none, for each pair loaded at start-up: two short races
+    (the first pays for what only a first call pays for; the second is timed, so that a visitor's first race asks for
+    what it will take) and the measured preset (Models.measured), so that a visitor's "measure this machine" costs
+    their quota nothing. A pair whose timing fails is said in the log; its races then ask for an untimed pace."""
+    precision = models.default_precision()
+    for choice in choices:
+        if choice is not None and not models.pinned_choice(choice):
+            continue  # left out at start-up (the log said why)
+        key = models.key(choice, precision)
+        request = RaceRequest(WARM_UP_PROMPT, race_entries(PRESETS[GPU_PRESET], COLUMN_METHODS), WARM_UP_TOKENS,
+                              Sampling(), precision, choice=choice, gpu_seconds=START_UP_ASK_S)
+        try:
+            for timed in (False, True):
+                start = time.perf_counter()
+                live = collect(race(request))
+                if timed:
+                    gpu.record(key, live.finished(), time.perf_counter() - start)
+            start = time.perf_counter()
+            preset = measure(precision, choice)
+            took = time.perf_counter() - start
+        except Exception as err:  # noqa: BLE001 - ZeroGPU answers with gr.Error; the Space must start regardless
+            print(f"Timing {choice.model if choice else 'the default model'} at start-up failed: {err}", flush=True)
+            continue
+        preset["summary"] += f" (measured at start-up in {took:.0f} s of GPU time, charged to no visitor)"
+        models.measured[key] = preset

@@ -2,7 +2,7 @@
 from __future__ import annotations
 
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Generator, Iterator
 from contextlib import closing
 from typing import Any
 
@@ -15,8 +15,9 @@ from components.race import METHOD_LABELS
 from components.replay import frame_times, steps_done
 from ddd import HeadLoadError, ModelLoadError
 
+from .gputime import ACCOUNT_QUOTA_S, GpuAnswer, GpuTime, Quota, refusal_words, too_long_words
 from .layout import COLUMNS, Ui
-from .models import ModelChoice, Models
+from .models import Key, ModelChoice, Models
 from .presets import MEASURED, PRESET_FIELDS, PRESETS, race_entries, widget_values
 from .racing import LiveRace, RaceEvent, RaceRequest
 from .sessions import Session, Sessions, Turnstile
@@ -35,12 +36,14 @@ def racing(methods: tuple[str, ...]) -> str:
 
 
 class Runner:
-    """Runs races through `race` (explorer.racing.device_race) and shows them through `viewer`."""
+    """Runs races through `race` (explorer.racing.device_race) and shows them through `viewer`. On ZeroGPU `gpu`
+    sizes each race's GPU time from the races before it."""
 
     def __init__(self, ui: Ui, models: Models, sessions: Sessions, viewer: Viewer,
-                 race: Callable[[RaceRequest], Iterator[RaceEvent]], measure: Callable[[str], dict[str, Any]]):
+                 race: Callable[[RaceRequest], Iterator[RaceEvent]], measure: Callable[[str], dict[str, Any]],
+                 gpu: GpuTime | None = None):
         self.ui, self.models, self.sessions, self.viewer = ui, models, sessions, viewer
-        self.race, self.measure = race, measure
+        self.race, self.measure, self.gpu = race, measure, gpu
         self.stream_every_s = 0.12  # how often the streaming columns are redrawn
         self.turns = Turnstile()
 
@@ -98,7 +101,39 @@ class Runner:
         return True
 
     def _race(self, request: RaceRequest, shade: bool, mode: str, session: Session) -> Iterator[dict]:
-        live, last, methods = LiveRace(), 0.0, tuple(request.entries)
+        live, methods = LiveRace(), tuple(request.entries)
+        if self.gpu is not None:
+            too_long = self._ask_gpu(request, session)
+            if too_long:
+                yield self.viewer.show_race(session, shade, mode, too_long, "error")
+                return
+        start, answer, shown = time.perf_counter(), None, False
+        try:
+            shown = yield from self._events(request, live, methods, shade, mode, session)
+        except gr.Error as err:  # ZeroGPU refused the race or ended it: part of its story, not an error state
+            answer = GpuAnswer.read(err)
+        if self.gpu is not None:
+            self._charge(request, live, answer, time.perf_counter() - start, session)
+        note = refusal_words(answer, self.gpu or GpuTime(), self._key(request), methods) if answer else ""
+        if answer is not None and answer.kind == "quota":  # nothing ran: the race shown before stays
+            yield self.viewer.show_race(session, shade, mode, note, "error")
+            return
+        if shown:
+            return
+        traces = live.finished()
+        if not traces:  # stopped before the first token: keep the race that was shown
+            yield self.viewer.show_race(session, shade, mode, note or "Stopped before any method produced a token.")
+            return
+        stopped = session.stop_requested or not live.ended
+        session.race, session.source = Race(traces=traces, note=live.note), None
+        session.fresh = not stopped and len(traces) == len(request.entries)
+        yield self.viewer.show_race(session, shade, mode, note or (("Stopped. " if stopped else "") + live.note))
+
+    def _events(self, request: RaceRequest, live: LiveRace, methods: tuple[str, ...], shade: bool, mode: str,
+                session: Session) -> Generator[dict, None, bool]:
+        """The race's events into `live`, streaming its columns; True when it ended with its message already shown
+        (an error before anything ran, or Stop before it started)."""
+        last = 0.0
         grace = len(request.entries)  # turns a stopped race may still hand out: each run finishes its step
         with closing(self.race(request)) as events:
             for event in events:
@@ -106,10 +141,10 @@ class Runner:
                     yield self._live(live, methods, shade, event.message, session)
                 elif event.kind == "error":  # nothing ran: the race shown before comes back, with why
                     yield self.viewer.show_race(session, shade, mode, event.message, "error")
-                    return
+                    return True
                 elif event.kind == "stopped":
                     yield self.viewer.show_race(session, shade, mode, event.message)
-                    return
+                    return True
                 else:
                     live.apply(event)
                     if session.stop_requested:
@@ -119,14 +154,31 @@ class Runner:
                     if event.kind == "turn" and time.perf_counter() - last >= self.stream_every_s:
                         last = time.perf_counter()
                         yield self._live(live, methods, shade, RACING_STATUS, session)
-        traces = live.finished()
-        if not traces:  # stopped before the first token: keep the race that was shown
-            yield self.viewer.show_race(session, shade, mode, "Stopped before any method produced a token.")
+        return False
+
+    def _key(self, request: RaceRequest) -> Key:
+        return self.models.key(request.choice, request.precision)
+
+    def _ask_gpu(self, request: RaceRequest, session: Session) -> str:
+        """Size the race's GPU time from this Space's races (request.gpu_seconds); the words for a race that would
+        ask for more than the visitor can have, which is then not asked for at all ("" when it may go)."""
+        methods, key = tuple(request.entries), self._key(request)
+        request.gpu_seconds = self.gpu.ask(key, methods, request.max_new_tokens)
+        known = session.gpu_quota.current() if session.gpu_quota else None
+        limit = known if known is not None else ACCOUNT_QUOTA_S
+        if request.gpu_seconds <= limit:
+            return ""
+        return too_long_words(request.gpu_seconds, limit, self.gpu, key, methods, known is not None)
+
+    def _charge(self, request: RaceRequest, live: LiveRace, answer: GpuAnswer | None, took: float,
+                session: Session) -> None:
+        """Learn from the race: its pace (what it decoded, complete or cut short) and what the visitor has left."""
+        if answer is not None and answer.kind == "quota":
+            session.gpu_quota = Quota.learnt(answer)
             return
-        stopped = session.stop_requested or not live.ended
-        session.race, session.source = Race(traces=traces, note=live.note), None
-        session.fresh = not stopped and len(traces) == len(request.entries)
-        yield self.viewer.show_race(session, shade, mode, ("Stopped. " if stopped else "") + live.note)
+        self.gpu.record(self._key(request), live.finished(), took)
+        if session.gpu_quota is not None:
+            session.gpu_quota.left = max(session.gpu_quota.left - min(took, request.gpu_seconds), 0.0)
 
     def _live(self, live: LiveRace, methods: tuple[str, ...], shade: bool, status: str, session: Session) -> dict:
         """While decoding: the race's columns, their counters, the status line, and no headline until the end."""
@@ -238,6 +290,14 @@ class Runner:
 
     def _measured(self, precision: str, choice: ModelChoice | None) -> dict[str, Any] | None:
         key = self.models.key(choice, precision)
+        if self.gpu is not None:  # on ZeroGPU the Space measured its pairs at start-up: no visitor's quota pays
+            preset = self.models.measured.get(key)
+            if preset is None:
+                warn("This Space could not measure this model at start-up (its log says why); the other presets "
+                     "still apply.")
+            else:
+                gr.Info(f"Measured at start-up in {precision}: {preset['summary']}.")
+            return preset
         if key not in self.models.measured:
             try:
                 self.models.measured[key] = self.measure(precision, choice)

@@ -9,6 +9,7 @@ from pathlib import Path
 from components import Race
 from components.exports import ExportStore
 
+from .gputime import Quota
 from .models import ModelChoice
 
 
@@ -27,6 +28,7 @@ class Session:
         self.source: str | None = None  # the shipped example file the race came from, if it did
         self.file: str | None = None  # this session's race file in the export store
         self.choice: ModelChoice | None = None  # the model menu's choice for this tab's races (None: the app's own)
+        self.gpu_quota: Quota | None = None  # on ZeroGPU, what a refusal said the visitor has left
 
     @property
     def stop_requested(self) -> bool:

@@ -28,7 +28,8 @@ from components import load_race
 from components.static_page import figure_json, markdown_html, rounds
 from components.views import step_view
 from ddd.models import DEFAULT_HUB_ID
-from explorer.deploy import ZEROGPU_TORCHES, ExportError, export_space
+from ddd.catalog import PAIRS
+from explorer.deploy import ZEROGPU_TORCHES, ExportError, export_space, space_pairs
 
 ROOT = Path(__file__).resolve().parents[1]
 EXAMPLES = sorted((ROOT / "assets" / "examples").glob("*.json"))
@@ -119,7 +120,6 @@ def test_zerogpu_front_matter_and_pins(spaces):
     assert front["sdk_version"] == gradio.__version__
     assert front["python_version"] in ("3.12", "3.10")  # ZeroGPU runs Python 3.12.12 or 3.10.13
     assert front["suggested_hardware"] == "zero-a10g" and front["suggested_hardware"] in {h.value for h in SpaceHardware}
-    assert front["models"] == [DEFAULT_HUB_ID]
     assert len(front["short_description"]) <= 60
     required = pins(folder / "requirements.txt")
     torch = str(required["torch"].specifier)
@@ -128,6 +128,23 @@ def test_zerogpu_front_matter_and_pins(spaces):
     project = pins(ROOT / "requirements.txt")
     assert {n: str(r) for n, r in required.items() if n not in ("torch", "spaces")} == {
         n: str(r) for n, r in project.items() if n != "torch"}
+
+
+def test_zerogpu_downloads_the_pairs_it_offers_at_build_time_and_may_start_them(spaces):
+    """The pairs Models.pin would keep within the GPU's 48 GB: preloaded (the Llama repositories without their second
+    copy of the weights), within the Space's 50 GB disk, with a start-up limit that fits them."""
+    front = front_matter(spaces["zerogpu"])
+    pairs = space_pairs()
+    assert front["models"][0] == DEFAULT_HUB_ID and front["models"] == [p.target for p in pairs]
+    assert [p.label for p in pairs] == [p.label for p in PAIRS[:3]]  # the third papers' pair does not fit beside
+    preloaded = {entry.split()[0]: entry.split()[1:] for entry in front["preload_from_hub"]}
+    assert set(preloaded) == {p.target for p in pairs} | {p.head for p in pairs if p.head}
+    assert all("original/" not in " ".join(files) for files in preloaded.values())
+    assert sum(p.nbytes for p in pairs) < 50e9
+    minutes = int(front["startup_duration_timeout"].removesuffix("m"))
+    assert minutes >= 30 and minutes * 60 >= sum(p.start_up_s() for p in pairs)
+    body = (spaces["zerogpu"] / "README.md").read_text()
+    assert all(f"| {p.label} | {p.nbytes / 1e9:.1f} GB |" in body for p in pairs) and "older than 30 days" in body
 
 
 def test_cpu_front_matter_and_pins(spaces):

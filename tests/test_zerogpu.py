@@ -1,13 +1,13 @@
-"""The race on a ZeroGPU Space. There `spaces.GPU` runs the race in another process: its arguments and every
-value it yields cross by pickling, and the reservation is sized before it starts. A stand-in `spaces` module
-does the same round trips here, so whatever would not survive them fails these tests. The models load at
-start-up there, the pairs that fit the GPU's memory, and the model menu offers exactly those; tiny local models
-stand in for the hub's pairs."""
+"""The race on a ZeroGPU Space, through the stand-in `spaces` of tests/zerogpu_standin: each race runs in a forked
+process, its arguments and every value it yields pickled, and ZeroGPU's rules hold: the duration a call asks for
+must fit what is left of the visitor's daily quota, the time it uses is deducted, and a call that outlives its
+duration is ended. The models load at start-up there, the pairs that fit the GPU's memory, and the model menu offers
+exactly those; tiny local models stand in for the hub's pairs."""
 from __future__ import annotations
 
-import pickle
+import importlib
 import sys
-import types
+import time
 from pathlib import Path
 
 import pytest
@@ -15,58 +15,33 @@ from transformers import LlamaConfig
 
 import explorer.choosing
 import explorer.models
+import explorer.racing
 from app import EXAMPLES_DIR
 from ddd.catalog import ModelPair, model_config, needed_bytes
+from ddd.trace import RunTrace, Step
 from explorer.choosing import OTHER, menu_items
 from explorer.examples import ExampleShelf
+from explorer.gputime import MARGIN, SLACK_S, VISITOR_QUOTA_S, GpuTime, ask_for
 from explorer.models import ModelChoice, ModelConfig, Models
 from explorer.page import build_page
-from explorer.presets import GPU_PRESET
-from explorer.racing import GPU_MAX_S, GPU_MIN_S
+from explorer.presets import GPU_PRESET, MEASURED
+from explorer.racing import time_start_up
 from explorer.sessions import Session
 from tests.tiny import RACE_SETTINGS, message_of, race_frames, race_stopped_once_started
 
 # A budget the tiny models fit many times over and a 7B model does not.
 TINY_BUDGET = 10**8
-
-
-def round_trip(value):
-    return pickle.loads(pickle.dumps(value))
-
-
-class StandInSpaces(types.ModuleType):
-    """`spaces` as ZeroGPU runs it: arguments and yielded values pickled, the duration asked for first."""
-
-    def __init__(self):
-        super().__init__("spaces")
-        self.reserved: list[float] = []
-        self.sent_bytes = 0
-
-    def GPU(self, duration=60):  # noqa: N802 - the real decorator's name
-        def decorate(fn):
-            def call(*args):
-                args = round_trip(args)
-                self.reserved.append(duration(*args) if callable(duration) else duration)
-                return self._stream(fn(*args))
-
-            return call
-
-        return decorate
-
-    def _stream(self, values):
-        try:
-            for value in values:
-                data = pickle.dumps(value)
-                self.sent_bytes += len(data)
-                yield pickle.loads(data)
-        finally:
-            values.close()
+METHODS = ("plain", "eagle2", "ddd")
 
 
 @pytest.fixture
 def spaces(monkeypatch):
-    stand_in = StandInSpaces()
+    """The stand-in, fresh: a 120-second quota, every call made for one visitor."""
+    stand_in = importlib.import_module("tests.zerogpu_standin.spaces")
     monkeypatch.setitem(sys.modules, "spaces", stand_in)
+    monkeypatch.setattr(stand_in, "ledger", stand_in.Ledger(VISITOR_QUOTA_S))
+    monkeypatch.setattr(stand_in, "calls", [])
+    monkeypatch.setattr(stand_in, "current_visitor", lambda: "visitor")
     return stand_in
 
 
@@ -77,20 +52,108 @@ def zero_page(spaces, llama, llama_head):
     return build_page(models, ExampleShelf(EXAMPLES_DIR))
 
 
+def with_tokens(tokens: int) -> list:
+    return [tokens, *RACE_SETTINGS[1:]]
+
+
 def test_a_race_crosses_to_the_gpu_process_and_back_as_plain_data(zero_page, spaces):
     session = Session()
     frames = race_frames(zero_page, "the cat sat", session)
     traces = session.race.traces
     assert list(traces) == ["plain", "eagle2", "ddd"] and len({t.text for t in traces.values()}) == 1
     assert "×" in frames[-1]["headline"] and frames[-1]["summary"] is not None
-    assert spaces.reserved and GPU_MIN_S <= spaces.reserved[0] <= GPU_MAX_S
+    assert [c.outcome for c in spaces.calls] == ["done"] and spaces.ledger.used("visitor") == spaces.calls[0].used
 
 
-def test_the_reservation_grows_with_the_work_asked_for(zero_page, spaces):
-    for tokens in (8, 512):
-        race_frames(zero_page, "the cat sat", Session(), [tokens, *RACE_SETTINGS[1:]])
-    short, long = spaces.reserved[-2:]
-    assert short < long <= GPU_MAX_S
+def test_the_time_a_race_asks_for_grows_with_the_work_asked_for(zero_page, spaces):
+    race_frames(zero_page, "the cat sat", Session())  # the first race times this pair
+    for tokens in (8, 200):
+        race_frames(zero_page, "the cat sat", Session(), with_tokens(tokens))
+    short, long = (c.asked for c in spaces.calls[-2:])
+    assert short < long
+
+
+def test_a_race_asks_for_what_the_same_race_took_times_the_margin(zero_page, spaces):
+    """The ask is MARGIN x the time predicted from the races before, plus SLACK_S: for the same race again, what
+    that race used (its per-token pace carried one token further, the prefill's token)."""
+    for _ in range(2):
+        race_frames(zero_page, "one two three", Session())
+    first, second = spaces.calls
+    assert first.outcome == second.outcome == "done"
+    assert first.used <= second.asked <= ask_for(first.used * (1 + 1 / (RACE_SETTINGS[0] - 1)) + 0.25)
+    assert second.asked <= MARGIN * first.used + SLACK_S + 2
+
+
+def gpu_race(seconds_per_token: dict[str, float], tokens: int = 128, tokens_per_step: dict[str, int] | None = None,
+             prefill_s: float = 0.05) -> dict[str, RunTrace]:
+    """A default race's runs as ZeroGPU timed them: a prefill, then steps of `tokens_per_step` tokens each."""
+    traces = {}
+    for method, rate in seconds_per_token.items():
+        per_step = (tokens_per_step or {}).get(method, 1)
+        steps = [Step(0, [1], "a", 0, verify_ms=prefill_s * 1000, prefill=True)]
+        steps += [Step(i, [1] * per_step, "a" * per_step, per_step - 1, verify_ms=rate * per_step * 1000)
+                  for i in range(1, (tokens - 1) // per_step + 1)]
+        traces[method] = RunTrace(method, {}, {}, "m", None, "p", 5, steps=steps)
+    return traces
+
+
+def test_ten_default_races_fit_a_visitors_quota_at_the_gpus_pace(spaces):
+    """At the pace ZeroGPU showed for the default pair (a default race used about 7 s: plain 20 ms a token, the
+    speculative columns about 3 tokens a 30 ms step), a visitor who is not logged in races at least ten default
+    races before the first refusal, and a 512-token race fits a full quota."""
+    gpu, key = GpuTime(), ("model", "head", "float16")
+    race = gpu_race({"plain": 0.02, "eagle2": 0.01, "ddd": 0.01}, tokens_per_step={"eagle2": 3, "ddd": 3})
+    used = sum(s.ms for t in race.values() for s in t.steps) / 1000 + 2.0  # and 2 s to start the GPU process
+    gpu.record(key, race, used)
+    ledger, races = spaces.Ledger(VISITOR_QUOTA_S), 0
+    while gpu.ask(key, METHODS, 128) <= ledger.left("visitor")[0]:
+        ledger.charge("visitor", used)
+        races += 1
+    assert races >= 10
+    assert gpu.ask(key, METHODS, 512) <= VISITOR_QUOTA_S
+
+
+def test_a_race_over_the_quota_left_is_refused_in_words_and_the_page_stays_usable(zero_page, spaces, monkeypatch):
+    monkeypatch.setattr(spaces, "ledger", spaces.Ledger(2))  # less than any race asks for
+    session = Session()
+    frames = race_frames(zero_page, "the cat sat", session)
+    text = message_of(frames[-1])
+    assert "ZeroGPU refused this race" in text and "2 s left today" in text and "Log in to Hugging Face" in text
+    assert "no race of these methods fits" in text and "refills in" in text
+    assert session.race is None and not session.busy and spaces.calls[-1].outcome == "refused"
+    # What the refusal said is kept: the next Run is answered before any GPU time is asked for.
+    frames = race_frames(zero_page, "the cat sat", session)
+    assert "so it was not started" in message_of(frames[-1]) and len(spaces.calls) == 1
+
+
+def test_a_race_that_outlives_its_reservation_shows_what_it_decoded_as_a_stopped_race(zero_page, spaces,
+                                                                                       monkeypatch):
+    real = explorer.racing.stop_requested
+
+    def slow_gpu(request):  # every turn takes at least 50 ms: the race cannot finish in its 2 s
+        time.sleep(0.05)
+        return real(request)
+
+    monkeypatch.setattr(explorer.racing, "stop_requested", slow_gpu)
+    monkeypatch.setattr(zero_page.runner.gpu, "ask", lambda *_: 2)
+    session = Session()
+    frames = race_frames(zero_page, "one two three", session, with_tokens(200))
+    assert spaces.calls[-1].outcome == "aborted"
+    assert "ran out of the GPU time it reserved" in message_of(frames[-1])
+    traces = session.race.traces
+    assert traces and all(t.stop_reason for t in traces.values()) and any(t.text for t in traces.values())
+    assert not session.busy and not session.fresh
+
+
+def test_start_up_times_the_pairs_and_measures_them_charged_to_no_visitor(zero_page, spaces, monkeypatch):
+    runner = zero_page.runner
+    monkeypatch.setattr(spaces, "current_visitor", lambda: None)  # no request: the Space's start-up
+    time_start_up(runner.models, runner.race, runner.measure, runner.gpu, [None])
+    monkeypatch.setattr(spaces, "current_visitor", lambda: "visitor")
+    assert runner.gpu.pace(runner.models.key(None, "float32")).timed and spaces.ledger.used("visitor") == 0
+    calls = len(spaces.calls)
+    values = runner.apply_preset(MEASURED, "float32", Session())
+    assert len(values) == 9 and len(spaces.calls) == calls  # the preset costs the visitor's quota nothing
 
 
 def test_stop_reaches_the_gpu_process_within_one_step(zero_page):
@@ -102,8 +165,6 @@ def test_stop_reaches_the_gpu_process_within_one_step(zero_page):
 
 
 def test_stop_ends_the_race_here_when_the_gpu_process_cannot_see_it(zero_page, monkeypatch):
-    import explorer.racing
-
     monkeypatch.setattr(explorer.racing, "stop_requested", lambda request: False)  # the stop file stays unseen
     session = Session()
     race_stopped_once_started(zero_page, session)

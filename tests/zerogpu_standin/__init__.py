@@ -1,0 +1,1 @@
+"""ZeroGPU stand-ins for the tests (spaces: the `spaces` package)."""
