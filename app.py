@@ -23,14 +23,14 @@ from components.runfile import LIMITS
 from components.views import CSS
 from ddd.catalog import PAIRS
 from ddd.settings import PRECISIONS
+from ddd.shipped import shipped
 from explorer.deploy import export_space_cli
 from explorer.examples import ExampleShelf, record_examples
 from explorer.models import CPU_PRECISION, ModelChoice, ModelConfig, Models
 from explorer.page import build_page
 from explorer.racing import time_start_up, zero_gpu
 
-ROOT = Path(__file__).resolve().parent
-EXAMPLES_DIR = Path(os.environ.get("DDD_EXAMPLES") or ROOT / "assets" / "examples")
+EXAMPLES_DIR = Path(os.environ.get("DDD_EXAMPLES") or shipped("examples"))
 THEME = dict(primary_hue="violet", secondary_hue="blue")
 
 

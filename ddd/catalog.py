@@ -16,12 +16,13 @@ from .head import DraftHead, for_target, new_head
 from .hub import cached, fetch, hub_cache, is_hub_id
 from .models import DEFAULT_HUB_ID, DEFAULT_MODEL, DTYPES, ModelLoadError, Target
 from .settings import MAX_DRAFT_CALLS, METHOD_DECLARATIONS
+from .shipped import shipped
 
 # Room for what grows beside the weights: activations, the KV cache of a few thousand tokens, the draft
 # head's trees, the allocator's slack.
 HEADROOM = 1.25
 # The head trained for the default model ships with the project.
-SHIPPED_HEAD = Path(__file__).resolve().parent.parent / "assets" / "head"
+SHIPPED_HEAD = shipped("head")
 
 
 @dataclass(frozen=True)

@@ -1,3 +1,3 @@
-from .benchmark import main
+from .benchmark import console
 
-main()  # errors leave through SystemExit with a message; a finished run exits 0
+console()  # errors leave through SystemExit with a message; a finished run exits 0

@@ -248,3 +248,9 @@ def main(argv: list[str] | None = None) -> dict[str, Path]:
     for kind, path in paths.items():
         print(f"{kind}: {path}")
     return paths
+
+
+def console() -> None:
+    """The `ddd-bench` command (and `python -m ddd.bench`): main(), whose return value, the files written, is
+    no exit status."""
+    main()
