@@ -6,7 +6,9 @@ outlives its duration is ended ("GPU task aborted"). Both raise gr.Error, in the
 
 The visitor is the Gradio request's client; a call outside any request (the app's start-up) is charged to nobody.
 SPACES_QUOTA_S sets the daily quota (default 120, a visitor who is not logged in); SPACES_LEDGER names a JSON file
-that keeps what each visitor used (so that a test can read it, or start a visitor part-way through their day).
+that keeps what each visitor used (so that a test can read it, or start a visitor part-way through their day); while
+the file SPACES_SLOW_FILE names exists, the GPU process waits the seconds it holds before sending each value (a GPU
+slower than the races before showed: how a test makes a call outlive its duration).
 Put this folder (tests/zerogpu_standin) on PYTHONPATH to run an exported ZeroGPU Space with it.
 """
 from __future__ import annotations
@@ -101,7 +103,12 @@ def current_visitor() -> str | None:
     return getattr(client, "host", None) or ("visitor" if request is not None else None)
 
 
-def _child(conn: Any, task: Callable, payload: bytes) -> None:
+def _slowness() -> float:
+    path = os.environ.get("SPACES_SLOW_FILE")
+    return float(Path(path).read_text()) if path and Path(path).exists() else 0.0
+
+
+def _child(conn: Any, task: Callable, payload: bytes, slow_s: float) -> None:
     """The GPU process: run the task, send back each value, then "end" (or the error's message)."""
     try:
         # OpenMP's thread team does not survive a fork: a forked process computing on the CPU with the parent's
@@ -110,6 +117,7 @@ def _child(conn: Any, task: Callable, payload: bytes) -> None:
         args, kwargs = pickle.loads(payload)
         result = task(*args, **kwargs)
         for value in (result if inspect.isgenerator(result) else [result]):
+            time.sleep(slow_s)
             conn.send(("value", value))
         conn.send(("end", None))
     except BaseException as err:  # noqa: BLE001 - sent to the caller, as ZeroGPU does
@@ -128,11 +136,13 @@ def _run(task: Callable, duration: Any, args: tuple, kwargs: dict):
         left, refill = ledger.left(visitor)
         if asked > left:
             call.outcome = "refused"
+            print(f"ZeroGPU stand-in: {visitor} asked {asked} s, {left} s left: refused", flush=True)
             raise gr.Error(f"You have exceeded your GPU quota ({asked}s requested vs. {left}s left). "
                            f"Try again in {refill}.", title="ZeroGPU quota exceeded", print_exception=False)
     payload = pickle.dumps((args, kwargs))  # what cannot cross to a GPU process fails here, as on ZeroGPU
     receive, send = multiprocessing.Pipe(duplex=False)
-    process = multiprocessing.get_context("fork").Process(target=_child, args=(send, task, payload), daemon=True)
+    process = multiprocessing.get_context("fork").Process(target=_child, args=(send, task, payload, _slowness()),
+                                                         daemon=True)
     start = time.monotonic()
     process.start()
     send.close()
@@ -162,6 +172,8 @@ def _run(task: Callable, duration: Any, args: tuple, kwargs: dict):
         call.used = min(time.monotonic() - start, asked)
         if visitor is not None:
             ledger.charge(visitor, call.used)
+        print(f"ZeroGPU stand-in: {visitor or 'start-up'} asked {asked} s, used {call.used:.2f} s: {call.outcome}",
+              flush=True)
 
 
 def GPU(task: Callable | None = None, *, duration: Any = None, **_: Any) -> Any:  # noqa: N802 - ZeroGPU's name
