@@ -32,7 +32,10 @@ def rule_text(result: WhatIf) -> str:
     if result.rule == "ddd":
         checks = s["check_steps"] if isinstance(s["check_steps"], str) else ",".join(map(str, s["check_steps"]))
         return f"DDD at threshold {s['threshold']:g}, checks {checks}"
-    return f"Cost rule at draft {s['draft_cost']:g}, verify base {s['verify_base']:g}, per token {s['verify_cost']:g}"
+    if s.get("as_priced"):
+        return "Cost rule at the costs it measured, step by step"
+    return (f"Cost rule at draft {readable(s['draft_cost'])}, verify base {readable(s['verify_base'])}, per token "
+            f"{readable(s['verify_cost'])}")
 
 
 def _rate(value: float | None) -> str:

@@ -318,5 +318,6 @@ def cost_whatif(trace: RunTrace, costs: Mapping[str, Any] | None, *, max_draft_c
             out.append(_predict(step, calls + 1, len(kept), accepted, True, costs))
         else:
             out.append(_predict(step, calls, len(kept), accepted_within(step, kept, target), False, costs))
-    shown = {**{s.name: getattr(settings, s.name) for s in COST_SETTINGS}, "max_draft_calls": run.max_calls}
+    shown = {**{s.name: getattr(settings, s.name) for s in COST_SETTINGS}, "max_draft_calls": run.max_calls,
+             "as_priced": as_priced}
     return WhatIf("cost", trace.method, shown, tuple(out), trace.calibration is not None, run.complete)

@@ -159,15 +159,17 @@ class WhatIfPanel:
         try:
             checked_threshold, checked_checks = checked(THRESHOLD, threshold), checked(CHECK_STEPS, checks)
             checked_costs = {s.name: checked(s, v) for s, v in zip(COST_SETTINGS, costs)}
-            def replays(run: RunTrace, rules: tuple[str, ...]) -> list[WhatIf]:
+            def replays(run: RunTrace, rules: tuple[str, ...], as_priced: bool = False) -> list[WhatIf]:
+                """as_priced: a cost rule that measured its costs replays each step at the costs it recorded."""
                 options = dict(max_draft_calls=_max_calls(race, run), time_costs=_race_costs(race, run))
+                measured = as_priced and any(s.costs is not None and s.costs.measured for s in run.steps)
                 return [ddd_whatif(run, checked_threshold, checked_checks, **options) if rule == "ddd" else
-                        cost_whatif(run, checked_costs, **options) for rule in rules]
+                        cost_whatif(run, None if measured else checked_costs, **options) for rule in rules]
             results = replays(trace, ("ddd", "cost"))
             # A rule the race measured is first replayed on its own run: its prediction beside its measurement says
             # how far to trust the prediction from another run's record.
             own = [r for rule in ("ddd", "cost") if rule != source and race.get(rule) is not None
-                   and not replayable(race.get(rule)) for r in replays(race.get(rule), (rule,))]
+                   and not replayable(race.get(rule)) for r in replays(race.get(rule), (rule,), as_priced=True)]
         except InputError as err:
             return {ui["whatif_chart"]: gr.skip(), ui["whatif_note"]: message(str(err))}
         except SettingsError as err:
