@@ -296,7 +296,7 @@ class Runner:
                 warn("This Space could not measure this model at start-up (its log says why); the other presets "
                      "still apply.")
             else:
-                gr.Info(f"Measured at start-up in {precision}: {preset['summary']}.")
+                gr.Info(f"This Space's own measurement in {precision}: {preset['summary']}.")
             return preset
         if key not in self.models.measured:
             try:
