@@ -197,8 +197,8 @@ def decide(call: int, probs: Sequence[float], level_mass: float, parent_mass: fl
 # -- measured costs --------------------------------------------------------------------------------------
 
 WINDOW = 9  # the latest timings of a size whose median counts: one slow step in a busy spell moves nothing
-STALE_AFTER = 48  # steps after which a size's timings count as old: its weight in the fit falls to a quarter
-RETIME_EVERY = 16  # every so many steps the rule verifies a size it has not timed lately (CostMeter.retime)
+STALE_AFTER = 64  # steps after which a size's timings count as old: its weight in the fit falls to a quarter
+RETIME_EVERY = 32  # every so many steps the rule verifies a size it has not timed lately (CostMeter.retime)
 LADDER = (1, 2, 4, 8, 16, 32, 64, 128)  # the verified counts the warm-up times and re-timing visits
 
 
@@ -317,12 +317,15 @@ class CostMeter:
             return steps_of(fit, draft, fixed), fixed * 1e3
 
     def retime(self, most: int) -> int | None:
-        """On every RETIME_EVERY-th step, the size of LADDER (at most `most`) timed longest ago (or never) if
-        it is older than STALE_AFTER steps: verifying it keeps the fit from resting on the sizes the rule
-        happens to choose. None otherwise."""
+        """On every RETIME_EVERY-th step, the size of LADDER timed longest ago (or never) if it is older than
+        STALE_AFTER steps: verifying it keeps the fit from resting on the sizes the rule happens to choose. Only
+        sizes up to `most` and twice the largest the rule verified lately: where its choices lie (a CPU's 32-token
+        forward would cost two plain steps to re-time, and the fit extrapolates there). None otherwise."""
         if self.steps % RETIME_EVERY != RETIME_EVERY - 1:
             return None
         with self._lock:
+            lately = [v for v, series in self._verify.items() if self.steps - series[-1][0] <= STALE_AFTER]
+            most = min(most, 2 * max(lately, default=1))
             ages = {v: self.steps - self._verify[v][-1][0] if v in self._verify else math.inf
                     for v in LADDER if v <= most}
         size = max(ages, key=lambda v: (ages[v], -v), default=None)
