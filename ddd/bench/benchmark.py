@@ -21,6 +21,7 @@ import os
 import platform
 import sys
 import time
+from dataclasses import asdict
 from pathlib import Path
 from typing import Any
 
@@ -56,8 +57,10 @@ def run_ours(target, head, spec: RunSpec, prompt: str, max_new_tokens: int, samp
                    max_new_tokens=max_new_tokens, sampling=sampling, record=False, **spec.overrides)
     for _ in run:
         pass
+    priced = [s.costs for s in run.trace.steps if s.costs is not None]  # the cost rule's, as it ended
     return {"counts": metrics.counts_from_steps(run.trace.steps), "token_ids": list(run.token_ids),
-            "text": run.text, "stop_reason": run.trace.stop_reason}
+            "text": run.text, "stop_reason": run.trace.stop_reason,
+            **({"costs": asdict(priced[-1])} if priced else {})}
 
 
 def run_peer(target, spec: RunSpec, prompt_ids: list[int], max_new_tokens: int, sampling) -> dict[str, Any]:

@@ -30,6 +30,7 @@ def build_report(args, specs: list[RunSpec], questions: list[dict[str, Any]],
                 "prefill_ms": pick["counts"]["prefill_ms"], "total_ms": pick["counts"]["total_ms"],
                 "repeats_tokens_per_s": [metrics.tokens_per_s(r["counts"]) for r in repeats],
                 "stop_reason": pick["stop_reason"], "counts": pick["counts"], "text": pick["text"],
+                **({"costs": pick["costs"]} if "costs" in pick else {}),  # the cost rule's at its last step
             })
     reference = {r["question_id"]: r["tokens_per_s"] for r in rows if r["method"] == REFERENCE}
     for row in rows:
