@@ -113,6 +113,14 @@ def test_ten_default_races_fit_a_visitors_quota_at_the_gpus_pace(spaces):
     assert gpu.ask(key, METHODS, 512) <= VISITOR_QUOTA_S
 
 
+def test_a_race_longer_than_a_visitors_whole_day_is_offered_a_shorter_one_before_anything_is_asked(zero_page, spaces):
+    runner = zero_page.runner
+    runner.gpu.record(runner.models.key(None, "float32"), gpu_race({m: 0.5 for m in METHODS}), 1.0)  # a slow GPU
+    frames = race_frames(zero_page, "the cat sat", Session(), with_tokens(200))  # about 450 s asked
+    text = message_of(frames[-1])
+    assert "so it was not started" in text and "a race of at most" in text and not spaces.calls
+
+
 def test_a_race_over_the_quota_left_is_refused_in_words_and_the_page_stays_usable(zero_page, spaces, monkeypatch):
     monkeypatch.setattr(spaces, "ledger", spaces.Ledger(2))  # less than any race asks for
     session = Session()
