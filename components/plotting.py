@@ -9,11 +9,16 @@ import plotly.graph_objects as go
 FONT = dict(family="Inter, system-ui, sans-serif", size=12, color="#0f172a")
 
 
+# plotly's toolbar sits over a figure's top right corner, where a centred title ran under it: the toolbar keeps its
+# four useful buttons (zoom, pan, reset, save) and titles start at the left.
+MODEBAR = dict(remove=["select", "lasso", "zoomin", "zoomout", "autoscale"])
+
+
 def figure(data: list[dict[str, Any]], layout: dict[str, Any]) -> go.Figure:
-    # The toolbar stands down the right edge: across the top it covered the end of the figures' titles.
-    base = dict(template="plotly_white", font=FONT, paper_bgcolor="white", plot_bgcolor="white",
-                modebar=dict(orientation="v", bgcolor="rgba(255,255,255,0.8)"))
+    base = dict(template="plotly_white", font=FONT, paper_bgcolor="white", plot_bgcolor="white", modebar=MODEBAR)
     base.update(layout)
+    if "title" in layout:
+        base["title"] = {"x": 0.01, "xanchor": "left", **layout["title"]}
     return go.Figure({"data": data, "layout": base}, _validate=False)
 
 

@@ -32,7 +32,7 @@ REPLAY_SPEEDS = ["0.5×", "1×", "2×", "4×"]
 COST_INFO = ("a fourth column, the cost rule (see About): it drafts as deep and verifies as many tokens as this machine's "
              "costs make pay, with the beam width, max draft calls and total tokens above")
 # Wide enough that a label and its help text wrap to a few lines: a row of narrower widgets wraps onto the next line.
-WIDGET_WIDTH = 240
+WIDGET_WIDTH = 380
 
 
 def column_outputs(methods: tuple[str, ...]) -> list[str]:
@@ -88,7 +88,7 @@ def layout(examples: list[str], precisions: list[str], precision: str, preset: s
                 ui["upload"] = gr.UploadButton("Load a run file", file_types=[".json", ".gz"], size="sm")
                 ui["download"] = gr.DownloadButton("Save this run", size="sm", interactive=False)
             ui["info"] = gr.HTML(elem_classes="race-info")
-    with gr.Accordion("Settings", open=False):
+    with gr.Accordion("Settings", open=False, elem_id="settings"):
         _settings(ui, precisions, precision, preset, model_info, menu, chosen, menu_on, typed)
     ui["message"] = gr.HTML(visible=False, elem_id="message")
     ui["headline"] = gr.HTML(headline_html({}), elem_id="headline")
@@ -124,7 +124,7 @@ def _settings(ui: Ui, precisions: list[str], precision: str, preset_name: str, m
         for setting in RUN_SETTINGS:
             ui[setting.name] = widget(setting, setting.start(ui=True))
         ui["precision"] = gr.Radio(precisions, value=precision, label="precision (target and head, every method)",
-                                   info=PRECISION_INFO)
+                                   info=PRECISION_INFO, min_width=2 * WIDGET_WIDTH)
     preset = widget_values(PRESETS[preset_name])
     ui["preset"] = gr.Radio(PRESET_NAMES, value=preset_name, label="preset for the settings below")
     shared = METHOD_DECLARATIONS[TREE_COLUMNS[0]]  # EAGLE-2's settings, then what only DDD has, then the cost rule's
@@ -136,9 +136,13 @@ def _settings(ui: Ui, precisions: list[str], precision: str, preset_name: str, m
         for setting in [s for s in TREE_SETTINGS if s in raced and s not in shared]:
             ui[setting.name] = widget(setting, preset[setting.name])
     ui[COST_SWITCH] = gr.Checkbox(False, label=COST_SWITCH_LABEL, info=COST_INFO, elem_id="race-cost")
-    with gr.Row(visible=False, elem_id="cost-settings") as ui["cost_settings"]:
-        for setting in [s for s in TREE_SETTINGS if s not in raced]:
-            ui[setting.name] = widget(setting, preset[setting.name])
+    cost_only = [s for s in TREE_SETTINGS if s not in raced]
+    with gr.Column(visible=False, elem_id="cost-settings") as ui["cost_settings"]:
+        # A switch takes a row of its own: beside the sliders it was squeezed to a word per line.
+        for row in ([s for s in cost_only if s.kind == "bool"], [s for s in cost_only if s.kind != "bool"]):
+            with gr.Row():
+                for setting in row:
+                    ui[setting.name] = widget(setting, preset[setting.name])
     with gr.Row():
         ui["shade"] = gr.Checkbox(True, label="shade tokens by how they were made")
         ui["mode"] = gr.Radio(list(TREE_MODES), value=next(iter(TREE_MODES)), label="tree nodes shown")

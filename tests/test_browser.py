@@ -111,12 +111,21 @@ class Browser:
             time.sleep(0.25)
         raise AssertionError(f"timed out after {timeout} s waiting for {what or expression}")
 
-    def screenshot(self, path: Path) -> Path:
+    def screenshot(self, path: Path, width: int = 1440, element: str | None = None) -> Path:
+        """The whole page `width` px wide, or only the element matching the selector `element`."""
+        self.send("Emulation.setDeviceMetricsOverride", {"width": width, "height": 1000, "deviceScaleFactor": 1,
+                                                         "mobile": width < 600})
+        time.sleep(0.8)  # let the page re-flow to the new width before measuring its height
         height = int(self.js("Math.ceil(document.documentElement.scrollHeight)") or 1000)
-        self.send("Emulation.setDeviceMetricsOverride", {"width": 1440, "height": min(height, 6000),
-                                                         "deviceScaleFactor": 1, "mobile": False})
+        self.send("Emulation.setDeviceMetricsOverride", {"width": width, "height": min(height, 6000),
+                                                         "deviceScaleFactor": 1, "mobile": width < 600})
         time.sleep(0.8)  # let plotly re-lay out to the new viewport
-        data = self.send("Page.captureScreenshot", {"format": "png", "captureBeyondViewport": True})["data"]
+        options: dict = {"format": "png", "captureBeyondViewport": True}
+        if element is not None:
+            box = self.js(f"(() => {{ const r = document.querySelector({json.dumps(element)}).getBoundingClientRect();"
+                          " return [r.left + scrollX, r.top + scrollY, r.width, r.height]; })()")
+            options["clip"] = dict(zip(("x", "y", "width", "height"), box), scale=1)
+        data = self.send("Page.captureScreenshot", options)["data"]
         path.parent.mkdir(parents=True, exist_ok=True)
         path.write_bytes(base64.b64decode(data))
         return path

@@ -1,0 +1,57 @@
+"""The page as a visitor sees it with all four columns, Settings (the cost switch on) and the what-if open: no label
+or help text wraps to more than four lines at 1440 px. Screenshots at 1440 and 400 px go to $DDD_SHOTS (default
+out/shots): the race, Settings and the what-if."""
+from __future__ import annotations
+
+import json
+import os
+from pathlib import Path
+
+import pytest
+
+from tests.test_browser import CHROMIUM, OUT, Browser, open_on_example, plotly_traces, text_of, upload
+
+ROOT = Path(__file__).resolve().parents[1]
+FOUR_METHODS = ROOT / "assets" / "examples" / "maths.json"  # the shipped race with a cost-rule run
+SHOTS = Path(os.environ.get("DDD_SHOTS", OUT / "shots"))
+MAX_LINES = 4
+
+pytestmark = [pytest.mark.slow,
+              pytest.mark.skipif(not CHROMIUM.exists(), reason="needs Debian's chromium at /usr/bin/chromium")]
+
+# Every label and help text shown, with the lines it takes: its height over its line height.
+WRAPPED = """[...document.querySelectorAll('[data-testid="block-info"], .label-text, .info-text')]
+  .filter((e) => e.offsetParent && e.textContent.trim())
+  .map((e) => { const s = getComputedStyle(e);
+    const line = parseFloat(s.lineHeight) || parseFloat(s.fontSize) * 1.2;
+    return [e.textContent.trim().slice(0, 60), Math.round(e.getBoundingClientRect().height / line)]; })"""
+
+
+def open_accordion(browser: Browser, title: str) -> None:
+    browser.js(f"[...document.querySelectorAll('button')].find(b => b.innerText.trim().startsWith({json.dumps(title)}))"
+               "?.click()")
+
+
+def test_four_columns_settings_and_what_if_wrap_to_at_most_four_lines(app_server, tmp_path):
+    browser = Browser(tmp_path / "profile")
+    try:
+        open_on_example(browser, app_server.url)
+        upload(browser, FOUR_METHODS)
+        browser.wait_for(f"!!document.querySelector('#ans-cost')?.offsetParent && {text_of('ans-cost')}.length > 20",
+                         120, "the fourth column")
+        open_accordion(browser, "Settings")
+        browser.wait_for("!!document.querySelector('#cost-settings')?.offsetParent", 30, "the cost rule's settings")
+        open_accordion(browser, "What if")
+        browser.wait_for(f"{plotly_traces('whatif-chart')} > 0", 60, "the what-if chart")
+        shown = browser.js(WRAPPED)
+        for width in (1440, 400):  # first, so that a failure below can be looked at
+            browser.screenshot(SHOTS / f"race-{width}.png", width)
+            browser.screenshot(SHOTS / f"settings-{width}.png", width, "#settings")
+            browser.screenshot(SHOTS / f"whatif-{width}.png", width, "#whatif")
+        assert len(shown) > 20, shown  # the run settings, the tree settings, the cost rule's, the what-if's
+        assert [s for s in shown if s[1] > MAX_LINES] == []
+        assert any(text.startswith("Cost rule draft call cost") for text, _ in shown)
+    finally:
+        browser.close()
+    assert all((SHOTS / f"{part}-{w}.png").stat().st_size > 10_000 for part in ("race", "settings", "whatif")
+               for w in (1440, 400))
