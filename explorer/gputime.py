@@ -40,9 +40,10 @@ class RaceTime:
     per_token: dict[str, float]
     prefill: dict[str, float]
     start_s: float
+    start_up: bool = False  # a start-up race (short, and its call the process's first): stands in until a visitor's
 
     @classmethod
-    def of(cls, traces: dict[str, RunTrace], call_s: float) -> "RaceTime | None":
+    def of(cls, traces: dict[str, RunTrace], call_s: float, start_up: bool = False) -> "RaceTime | None":
         per_token, prefill, decoding = {}, {}, 0.0
         for name, trace in traces.items():
             first = sum(s.ms for s in trace.steps if s.prefill) / 1000
@@ -51,7 +52,7 @@ class RaceTime:
             decoding += first + sum(s.ms for s in rest) / 1000
             if tokens:
                 per_token[name], prefill[name] = sum(s.ms for s in rest) / 1000 / tokens, first
-        return cls(per_token, prefill, max(call_s - decoding, 0.0)) if per_token else None
+        return cls(per_token, prefill, max(call_s - decoding, 0.0), start_up) if per_token else None
 
 
 @dataclass(frozen=True)
@@ -86,12 +87,18 @@ class GpuTime:
         self._times: dict[Key, deque[RaceTime]] = {}
         self._lock = threading.Lock()
 
-    def record(self, key: Key, traces: dict[str, RunTrace], call_s: float) -> None:
-        """A race's runs (complete or cut short) and the seconds its GPU call took."""
-        timed = RaceTime.of(traces, call_s)
+    def record(self, key: Key, traces: dict[str, RunTrace], call_s: float, start_up: bool = False) -> None:
+        """A race's runs (complete or cut short) and the seconds its GPU call took. A visitor's race replaces the
+        start-up's timing, which only stands in until one has run: the start-up races are short."""
+        timed = RaceTime.of(traces, call_s, start_up)
         if timed is not None:
             with self._lock:
-                self._times.setdefault(key, deque(maxlen=WINDOW)).append(timed)
+                times = self._times.setdefault(key, deque(maxlen=WINDOW))
+                if not start_up:
+                    kept = [t for t in times if not t.start_up]
+                    times.clear()
+                    times.extend(kept)
+                times.append(timed)
 
     def pace(self, key: Key) -> Pace:
         with self._lock:

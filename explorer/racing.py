@@ -229,7 +229,7 @@ def time_start_up(models: Models, race: Callable[[RaceRequest], Iterator[RaceEve
                 start = time.perf_counter()
                 live = collect(race(request))
                 if timed:
-                    gpu.record(key, live.finished(), time.perf_counter() - start)
+                    gpu.record(key, live.finished(), time.perf_counter() - start, start_up=True)
             start = time.perf_counter()
             preset = measure(precision, choice)
             took = time.perf_counter() - start

@@ -113,6 +113,16 @@ def test_ten_default_races_fit_a_visitors_quota_at_the_gpus_pace(spaces):
     assert gpu.ask(key, METHODS, 512) <= VISITOR_QUOTA_S
 
 
+def test_a_visitors_race_replaces_the_start_ups_timing_and_the_slowest_visitors_race_counts():
+    gpu, key = GpuTime(), ("model", "head", "float16")
+    gpu.record(key, gpu_race({m: 0.05 for m in METHODS}), 30.0, start_up=True)
+    at_start_up = gpu.ask(key, METHODS, 128)
+    gpu.record(key, gpu_race({m: 0.01 for m in METHODS}), 7.0)
+    fast = gpu.ask(key, METHODS, 128)
+    gpu.record(key, gpu_race({m: 0.02 for m in METHODS}), 12.0)
+    assert fast < at_start_up and fast < gpu.ask(key, METHODS, 128)
+
+
 def test_a_race_longer_than_a_visitors_whole_day_is_offered_a_shorter_one_before_anything_is_asked(zero_page, spaces):
     runner = zero_page.runner
     runner.gpu.record(runner.models.key(None, "float32"), gpu_race({m: 0.5 for m in METHODS}), 1.0)  # a slow GPU
