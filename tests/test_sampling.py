@@ -20,7 +20,10 @@ SAMPLING = dict(temperature=1.0, top_p=0.95)
 TOP_K = dict(temperature=1.0, top_k=6)
 FAST_TREES = {"eagle": {}, "eagle2": {"beam_width": 4, "draft_calls": 3, "total_tokens": 12},
               "ddd": {"beam_width": 4, "max_draft_calls": 4, "check_steps": "all", "threshold": -1.0, "total_tokens": 12},
-              "cost": {"beam_width": 4, "max_draft_calls": 4, "total_tokens": 12}}
+              # Pinned cheap: on a tiny model a draft call costs about a target forward, so measured costs would
+              # rightly draft little, and the test needs drafts to accept or reject.
+              "cost": {"beam_width": 4, "max_draft_calls": 4, "total_tokens": 12, "pin_costs": True,
+                       "draft_cost": 0.01, "verify_base": 0, "verify_cost": 0.001}}
 
 
 def exact_joint(target, prompt, length, sampling):
