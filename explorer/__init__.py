@@ -5,4 +5,5 @@ sessions one browser tab's state                        examples  the shipped re
 presets  the tree settings' presets                     layout    the page's components
 viewing  callbacks that show a race                     running   callbacks that run, stop and replay one
 choosing the model menu                                 page      the page: layout and callbacks wired together
+gputime  ZeroGPU's time: what a race asks for, and why it was refused or ended
 """
