@@ -15,7 +15,7 @@ from typing import Any
 
 from ddd.metrics import summarize
 from ddd.settings import BEAM_WIDTH
-from ddd.trace import RunTrace
+from ddd.trace import FILE_DECIMALS, RunTrace
 
 RACE_FORMAT = "ddd-explorer-race"
 RACE_VERSION = 1
@@ -125,7 +125,7 @@ def _get(node: Any, name: str) -> Any:
 
 def _round(value: Any) -> Any:
     if isinstance(value, float):
-        return round(value, 4) if math.isfinite(value) else value
+        return round(value, FILE_DECIMALS) if math.isfinite(value) else value
     if isinstance(value, list):
         return [_round(v) for v in value]
     if isinstance(value, dict):

@@ -15,7 +15,7 @@ from .head import DraftHead
 from .models import Target
 from .costs import Calibration, CostMeter, StepCosts, best_tree, child_probabilities, decide
 from .settings import CostSettings, DDDSettings, Eagle2Settings, EagleSettings
-from .trace import CostsUsed, DepthCheck, Step
+from .trace import FILE_DECIMALS, CostsUsed, DepthCheck, Step
 from .tree import DraftTree, Pool, rerank
 
 
@@ -252,6 +252,10 @@ class CostDepth(DepthPolicy):
         self._called_at: float | None = None
         self._retimed = False
         self.costs, self._step_ms = self.meter.costs() if self.meter is not None else (self.pinned, None)
+        if self.meter is not None:  # at the precision a race file keeps, so a saved race's weighings recompute exactly
+            self.costs = StepCosts(*(max(round(c, FILE_DECIMALS), floor) for c, floor in
+                                     zip((self.costs.draft_cost, self.costs.verify_base, self.costs.verify_cost),
+                                         (10.0 ** -FILE_DECIMALS, 0.0, 0.0))))
 
     def _read(self, pool: Pool) -> float:
         """Path probabilities of the chunks added since the last read; returns the newest chunk's sum."""

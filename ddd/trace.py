@@ -13,6 +13,7 @@ from typing import Any
 from .settings import current_names
 
 SCHEMA_VERSION = 1
+FILE_DECIMALS = 4  # the decimals a saved race keeps of every number (components/race.py)
 STATUSES = ("root", "accepted", "rejected", "pruned")  # of a DraftNode
 # Why a speculative step's accepted chain ended, i.e. where the target's next token (the bonus) was in the draft:
 # no child of the last accepted node was drafted (the tree's depth, or a node the beam did not expand); the

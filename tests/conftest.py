@@ -102,9 +102,10 @@ class AppServer:
             self.proc.wait()
 
 
-@pytest.fixture(scope="module")
+@pytest.fixture(scope="session")
 def app_server(tiny_llama_dir, llama_head, tmp_path_factory):
-    """The app as a server on the tiny model and its fitted head, showing the shipped examples."""
+    """The app as a server on the tiny model and its fitted head, showing the shipped examples: one for the whole
+    session (every visitor of it is isolated; a start costs tens of seconds on a small machine)."""
     from ddd import save_head
 
     work = tmp_path_factory.mktemp("app")

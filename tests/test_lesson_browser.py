@@ -132,6 +132,7 @@ def test_the_apps_lesson_panel(app_server, tmp_path):
                  "?.closest('.block')?.querySelector('input[type=number]')")
         browser.wait_for(f"Number(({field})?.value) === {float(threshold)}", 30, "the threshold")
         assert browser.js(INJECTED) == []
-        assert [p for p in browser.problems() if "favicon" not in p] == []
+        # Leaving a page aborts its pending requests: Gradio logs that as an AbortError, which is no fault of the page.
+        assert [p for p in browser.problems() if "favicon" not in p and "AbortError" not in p] == []
     finally:
         browser.close()

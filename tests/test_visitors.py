@@ -232,8 +232,8 @@ def test_malformed_raw_http_calls_get_a_message(server):
     file = {"meta": {"_type": "gradio.FileData"}}
     view = [True, TREE_MODE]
     cases = [
-        ("run", [], "/run takes 19 values"), ("run", ["the cat"], "this call sent 1"),
-        ("run", ["the cat", *RACE_SETTINGS[:-1], *view], "this call sent 17"),
+        ("run", [], f"/run takes {len(RACE_SETTINGS) + 4} values"), ("run", ["the cat"], "this call sent 1"),
+        ("run", ["the cat", *RACE_SETTINGS[:-1], *view], f"this call sent {len(RACE_SETTINGS) + 2}"),
         ("load_file", [], "/load_file takes 4 values"),
         ("load_file", [{"path": "/etc/passwd", **file}, *view], "never reads a path on the server"),
         ("load_file", [{"path": str(server.log), **file}, *view], "never reads a path on the server"),

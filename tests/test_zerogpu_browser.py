@@ -21,6 +21,9 @@ from tests.tiny import load_tiny
 pytestmark = [pytest.mark.slow,
               pytest.mark.skipif(not CHROMIUM.exists(), reason="needs Debian's chromium at /usr/bin/chromium")]
 STAND_IN = ROOT / "tests" / "zerogpu_standin"
+# The Space's interpreter: this one, or (DDD_SPACE_PYTHON) a fresh environment with the export's own requirements,
+# as a Space builds it (Python 3.12, torch 2.11.0).
+SPACE_PYTHON = os.environ.get("DDD_SPACE_PYTHON", sys.executable)
 VISITOR = "127.0.0.1"
 METHODS = ("plain", "eagle2", "ddd")
 # Gradio's own error state: the status tracker's "Error" badge on an output.
@@ -37,7 +40,7 @@ class ZeroGpuSpace(AppServer):
         env = {**os.environ, "PYTHONPATH": str(STAND_IN), "SPACES_QUOTA_S": "120", "SPACES_LEDGER": str(self.ledger),
                "SPACES_SLOW_FILE": str(self.slow), "HF_HUB_OFFLINE": "1", "GRADIO_ANALYTICS_ENABLED": "False"}
         self.proc = subprocess.Popen(  # as a Space starts it: its own app.py, in its own folder
-            [sys.executable, "app.py", "--model", str(model_dir), "--head", str(head_dir), "--dtype", "float32",
+            [SPACE_PYTHON, "app.py", "--model", str(model_dir), "--head", str(head_dir), "--dtype", "float32",
              "--host", "127.0.0.1", "--port", str(self.port)],
             cwd=folder, env=env, stdout=self.log.open("w"), stderr=subprocess.STDOUT)
 
