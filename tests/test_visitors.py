@@ -221,7 +221,9 @@ def raw_call(server: AppServer, api: str, data: list) -> tuple[str, str]:
     import httpx
 
     base = f"{server.url}gradio_api/call/{api}"
-    posted = httpx.post(base, json={"data": data}, timeout=30)
+    # JSON escapes every character beyond ASCII, so text no UTF-8 can carry (a lone surrogate) travels too.
+    posted = httpx.post(base, content=json.dumps({"data": data}).encode("ascii"),
+                        headers={"content-type": "application/json"}, timeout=30)
     assert posted.status_code == 200, (api, posted.status_code, posted.text[:300])
     with httpx.stream("GET", f"{base}/{posted.json()['event_id']}", timeout=60) as reply:
         lines = [line for line in "".join(reply.iter_text()).splitlines() if line.startswith(("event:", "data:"))]
@@ -240,6 +242,7 @@ def test_malformed_raw_http_calls_get_a_message(server):
         ("load_file", [{"path": "https://example.com/race.json", **file}, *view], "or fetches a URL"),
         ("load_file", [{"path": "race.json", "url": "http://127.0.0.1:1/race.json", **file}, *view], "uploaded"),
         ("load_file", ["/etc/passwd", *view], "uploaded to this app"),
+        ("load_file", [{"path": "\ud800.json", **file}, *view], "lone surrogate"),
         ("show_step", [], "/show_step takes 4 values"), ("replay", [], "/replay takes 3 values"),
         ("open_example", [], "/open_example takes 4 values"), ("choose_model", ["x"], "this call sent 1"),
     ]
