@@ -187,3 +187,24 @@ def test_pinned_costs_are_used_as_they_are(llama, llama_head):
                      settings=method_settings("cost", pin_costs=True, draft_cost=0.5))
     list(run)
     assert {(s.costs.draft_cost, s.costs.measured) for s in run.trace.steps if not s.prefill} == {(0.5, False)}
+
+
+def test_a_measuring_rule_samples_as_plain_sampling_does(llama, llama_head, monkeypatch):
+    """Sampled on a GPU-like clock, so that it drafts deep: the tokens keep plain sampling's distribution."""
+    from ddd.settings import Sampling
+    from tests.test_sampling import ALPHA, SAMPLES, SAMPLING, chi_square_p, exact_joint
+
+    exact = exact_joint(llama, PROMPTS[3], 3, Sampling(**SAMPLING))
+    clock = VirtualClock(llama, llama_head, gpu(), monkeypatch)
+    settings = method_settings("cost", **CHEAP_HEAD)
+    cost_meter(llama, llama_head, settings).__init__(StepCosts.of(settings))
+    counts, accepted = {}, 0
+    for seed in range(SAMPLES):
+        run = Generation(llama, llama_head, PROMPTS[3], "cost", max_new_tokens=3, settings=settings, record=False,
+                         sampling=Sampling(seed=seed, **SAMPLING), clock=clock)
+        accepted += sum(s.accepted for s in run)
+        counts[tuple(run.token_ids)] = counts.get(tuple(run.token_ids), 0) + 1
+    monkeypatch.undo()
+    p, cells = chi_square_p(counts, exact, SAMPLES)
+    assert cells >= 4 and p > ALPHA, f"p = {p:.2e} over {cells} cells"
+    assert accepted > SAMPLES * 0.1  # it drafted, and drafts were accepted
