@@ -271,7 +271,7 @@ THRESHOLD = Setting("threshold", "float", -0.3, -1000, 0, "threshold on H",
 # ddd.bench.budget --dtype int8` on a 2-core AVX2 CPU (docs/results.md).
 PIN_COSTS = Setting("pin_costs", "bool", False, 0, 1, "pin the costs",
                     "use the three costs below as they are (reproducible trees) instead of measuring this machine's "
-                    "as the rule decodes")
+                    "as the rule decodes; unpinned, they are only where the measuring starts")
 DRAFT_COST = Setting("draft_cost", "float", 0.06, 0, 10, "draft call cost",
                      "what one draft call costs, in plain decoding steps", ui_high=1, step=0.01, above_low=True)
 VERIFY_BASE = Setting("verify_base", "float", 0.09, 0, 10, "verify base cost",
