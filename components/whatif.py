@@ -2,6 +2,7 @@
 (ddd.whatif), and the tokens each accepted; predicted tokens per second beside the measured ones."""
 from __future__ import annotations
 
+import textwrap
 from collections.abc import Sequence
 from typing import Any
 
@@ -94,7 +95,7 @@ def whatif_figure(trace: RunTrace | None, results: Sequence[WhatIf], height: int
                   font=dict(size=12))
              for text, y in (("draft calls per step (tree depth)", 1.0), ("draft tokens accepted per step", 0.38))]
     return figure(data, dict(
-        title=dict(text=f"{TITLE}: {measured} decode tokens/s measured; predicted {predicted}", font=dict(size=14)),
+        title=dict(text=f"{TITLE}: {measured} decode tokens/s measured;<br>predicted {predicted}", font=dict(size=14)),
         height=height, margin=dict(l=50, r=10, t=70, b=90), hovermode="closest", barmode="group",
         legend=dict(orientation="h", y=-0.15, yanchor="top", x=0, font=dict(size=10)), annotations=notes,
         uirevision="whatif",
@@ -103,6 +104,11 @@ def whatif_figure(trace: RunTrace | None, results: Sequence[WhatIf], height: int
         xaxis2=dict(anchor="y2", matches="x", title=dict(text="step")),
         yaxis2=dict(anchor="x2", domain=[0.0, 0.36], title=dict(text="accepted"), rangemode="tozero"),
     ))
+
+
+def _legend(text: str) -> str:
+    """A legend entry in lines of at most 40 characters: plotly never wraps one, and a phone's screen clips it."""
+    return "<br>".join(textwrap.wrap(text, 40))
 
 
 def _rule_traces(result: WhatIf) -> list[dict[str, Any]]:
@@ -120,13 +126,13 @@ def _rule_traces(result: WhatIf) -> list[dict[str, Any]]:
         out.append(dict(
             type="scatter", meta=f"{result.rule}-depth{tail}", x=[s.index for s in steps], y=[s.calls for s in steps],
             mode="markers", marker=shape, legendgroup=result.rule,
-            name=f"{name}: depth at least (deeper than recorded)" if bound else f"{name}: depth",
+            name=_legend(f"{name}: depth at least (deeper than recorded)" if bound else f"{name}: depth"),
             hovertext=[f"step {s.index}: {'at least ' if bound else ''}{s.calls} draft calls, {s.verified} verified; "
                        f"recorded {s.recorded_calls}" for s in steps], hoverinfo="text"))
         out.append(dict(
             type="scatter", meta=f"{result.rule}-accepted{tail}", x=[s.index for s in steps],
             y=[s.accepted for s in steps], mode="markers", marker=shape, legendgroup=result.rule, xaxis="x2",
-            yaxis="y2", name=f"{name}: accepted at most" if bound else f"{name}: accepted",
+            yaxis="y2", name=_legend(f"{name}: accepted at most" if bound else f"{name}: accepted"),
             hovertext=[f"step {s.index}: {'at most ' if bound else ''}{s.accepted} accepted; recorded "
                        f"{s.recorded_accepted}" for s in steps], hoverinfo="text"))
     return out

@@ -27,7 +27,8 @@ PANEL = """Replays the race shown with other depth settings, without a model: un
 what any part of each step's draft tree would have accepted. A hollow marker is a bound: the rule would have drafted
 deeper than the run did, so its depth is at least and its accepted tokens at most what is drawn. Times come from each
 step's measured draft, verify and other times."""
-COSTS_NOTE = ("**this CPU**: the race's own cost-rule settings (the declared ones when it has no cost-rule run). "
+COSTS_NOTE = ("**this CPU**: the costs the race's cost rule priced its last step with, measured as it decoded (its "
+              "settings where it measured none; the declared ones when the race has no cost-rule run). "
               f"**a GPU**: assumed GPU ratios (a draft call {GPU_COSTS.draft_cost:g}, a tree forward "
               f"{GPU_COSTS.verify_base:g} more than a one-token one, each verified token {GPU_COSTS.verify_cost:g} "
               "plain steps), not measured here. Predicted times use this race's own costs either way.")
