@@ -97,7 +97,7 @@ def whatif_figure(trace: RunTrace | None, results: Sequence[WhatIf], height: int
     return figure(data, dict(
         title=dict(text=f"{TITLE}: {measured} decode tokens/s measured;<br>predicted {predicted}", font=dict(size=14)),
         height=height, margin=dict(l=50, r=10, t=70, b=90), hovermode="closest", barmode="group",
-        legend=dict(orientation="h", y=-0.15, yanchor="top", x=0, font=dict(size=10)), annotations=notes,
+        legend=dict(orientation="h", y=-0.22, yanchor="top", x=0, font=dict(size=10)), annotations=notes,
         uirevision="whatif",
         xaxis=dict(anchor="y", showticklabels=False),
         yaxis=dict(anchor="x", domain=[0.5, 0.95], title=dict(text="calls"), rangemode="tozero"),
