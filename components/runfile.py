@@ -69,7 +69,7 @@ def _size(n: int) -> str:
 def read_json(path: Path, limits: FileLimits = LIMITS) -> Any:
     """The JSON value in `path` (plain or gzipped), read within the size limits."""
     name = path.name
-    if not _is_text(str(path)):  # a lone surrogate ("\ud800.json") names no file any system can open
+    if not is_text(str(path)):  # a lone surrogate ("\ud800.json") names no file any system can open
         raise RaceFileError(f"{excerpt(name)} is not a file name this server can open: it holds an invalid character "
                             "(a lone surrogate). Rename the file and load it again.")
     try:
@@ -106,7 +106,8 @@ def read_json(path: Path, limits: FileLimits = LIMITS) -> Any:
         raise RaceFileError(f"{name} is not a readable JSON file: {err}.") from err
 
 
-def _is_text(value: str) -> bool:
+def is_text(value: str) -> bool:
+    """Whether `value` is text UTF-8 can carry (no lone surrogate)."""
     try:
         value.encode("utf-8")
     except UnicodeEncodeError:

@@ -22,7 +22,8 @@ from __future__ import annotations
 import bisect
 import math
 import threading
-from collections import OrderedDict, deque
+import weakref
+from collections import deque
 from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
@@ -332,16 +333,13 @@ class CostMeter:
         return size if size is not None and ages[size] > STALE_AFTER else None
 
 
-_METERS: OrderedDict[tuple, CostMeter] = OrderedDict()
+# Meters live as long as their target model: an unloaded model's go with it, and a new model never inherits
+# the timings of one that once had its id.
+_METERS: weakref.WeakKeyDictionary[Any, dict[tuple, CostMeter]] = weakref.WeakKeyDictionary()
 _METERS_LOCK = threading.Lock()
-MAX_METERS = 16  # pairs a process keeps meters for (the app's model menu offers fewer)
 
 
-def meter_for(key: tuple, prior: StepCosts) -> CostMeter:
-    """The process's meter for `key` (a target, head, precision, device and beam width), made on first use."""
+def meter_for(model: Any, key: tuple, prior: StepCosts) -> CostMeter:
+    """The process's meter for `model` and `key` (its head, precision, device and beam width), made on first use."""
     with _METERS_LOCK:
-        meter = _METERS.pop(key, None) or CostMeter(prior)
-        _METERS[key] = meter
-        while len(_METERS) > MAX_METERS:
-            _METERS.popitem(last=False)
-        return meter
+        return _METERS.setdefault(model, {}).setdefault(key, CostMeter(prior))

@@ -253,9 +253,9 @@ class CostDepth(DepthPolicy):
         self._retimed = False
         self.costs, self._step_ms = self.meter.costs() if self.meter is not None else (self.pinned, None)
         if self.meter is not None:  # at the precision a race file keeps, so a saved race's weighings recompute exactly
-            self.costs = StepCosts(*(max(round(c, FILE_DECIMALS), floor) for c, floor in
-                                     zip((self.costs.draft_cost, self.costs.verify_base, self.costs.verify_cost),
-                                         (10.0 ** -FILE_DECIMALS, 0.0, 0.0))))
+            c = self.costs
+            self.costs = StepCosts(max(round(c.draft_cost, FILE_DECIMALS), 10.0 ** -FILE_DECIMALS),
+                                   round(c.verify_base, FILE_DECIMALS), round(c.verify_cost, FILE_DECIMALS))
 
     def _read(self, pool: Pool) -> float:
         """Path probabilities of the chunks added since the last read; returns the newest chunk's sum."""

@@ -48,8 +48,8 @@ def cost_meter(target: Target, head: DraftHead, settings: Any) -> CostMeter | No
     pinned): one per target, head, precision, device and beam width (a draft call expands beam_width nodes)."""
     if settings.pin_costs:
         return None
-    key = (id(target.model), id(head), target.precision, str(target.device), settings.beam_width)
-    return meter_for(key, StepCosts.of(settings))
+    key = (id(head), target.precision, str(target.device), settings.beam_width)
+    return meter_for(target.model, key, StepCosts.of(settings))
 
 
 def encode_prompt(target: Target, prompt: str, chat: bool = True) -> list[int]:

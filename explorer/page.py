@@ -12,6 +12,7 @@ from gradio_client.utils import is_http_url_like
 from components.exports import CACHE_CLEANUP
 from components.inputs import COST_SWITCH
 from components.race import TREE_METHODS
+from components.runfile import is_text
 
 from .choosing import ModelMenu, menu_items
 from .examples import ExampleShelf
@@ -63,18 +64,10 @@ def _endpoint(block_fn: Any) -> str:
     return f"/{block_fn.api_name}" if block_fn.api_name else "This event"
 
 
-def _utf8(text: str) -> bool:
-    try:
-        text.encode("utf-8")
-    except UnicodeEncodeError:
-        return False
-    return True
-
-
 def _check_upload(value: Any, endpoint: str) -> None:
     """A file input must name a file uploaded to this app: its path inside Gradio's upload folder."""
     path = value.get("path") if isinstance(value, dict) else None
-    if isinstance(path, str) and not _utf8(path):
+    if isinstance(path, str) and not is_text(path):
         raise gr.Error(f"{endpoint} was sent a file name that holds a lone surrogate (half of a UTF-16 pair), which no "
                        "file system can store: rename the file and upload it again.")
     uploaded = (isinstance(path, str) and not is_http_url_like(path)
