@@ -323,9 +323,10 @@ class DynamicTreeDrafter(Drafter):
     @classmethod
     def cost(cls, s: CostSettings, calibration: Calibration, meter: CostMeter | None = None,
              clock: Callable[[], float] = time.perf_counter) -> "DynamicTreeDrafter":
-        """The cost rule: at its settings' costs where they are pinned, else at `meter`'s (None: pinned)."""
+        """The cost rule: at `meter`'s measured costs, or at its settings' without one (ddd.engine.cost_meter gives
+        none where they are pinned)."""
         return cls(s.beam_width, s.total_tokens, CostDepth(s.max_draft_calls, s.total_tokens, StepCosts.of(s),
-                                                           calibration, None if s.pin_costs else meter, clock))
+                                                           calibration, meter, clock))
 
     def observe(self, step: Step) -> None:
         self.policy.observe(step)
