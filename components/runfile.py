@@ -20,6 +20,7 @@ from ddd.costs import Calibration, CalibrationError
 from ddd.settings import (COST_SETTINGS, METHOD_DECLARATIONS, PRECISIONS, SAMPLING_SETTINGS, Sampling, Setting,
                           SettingsError, current_names, parse_settings)
 from ddd.metrics import summarize
+from ddd.ops import StepOps
 from ddd.trace import CHAIN_ENDS, SCHEMA_VERSION, STATUSES, CostsUsed, DepthCheck, DraftNode, RunTrace, Step
 
 from .race import METHOD_LABELS, RACE_FORMAT, RACE_VERSION, Race, RaceFileError
@@ -53,6 +54,7 @@ BIG_INT = 2**31  # token ids, ranks, indices: far beyond any vocabulary or pool
 MAX_MS = 1e9  # a step that took eleven days is a broken file, not a slow machine
 STEP_FIELDS = {f.name for f in fields(Step)}
 COSTS_FIELDS = {f.name for f in fields(CostsUsed)}
+OPS_FIELDS = {f.name for f in fields(StepOps)}
 NODE_FIELDS = {f.name for f in fields(DraftNode)}
 CHECK_REQUIRED = {"call", "confidence", "stop"}
 CHECK_FIELDS = {f.name for f in fields(DepthCheck)}  # the cost rule's numbers besides DDD's (ddd/costs.py)
@@ -358,6 +360,11 @@ class _Checker:
         self.text(data.get("bonus_text", ""), f"{where}.bonus_text", lim.token_text)
         if data.get("costs") is not None:
             self.costs(data["costs"], f"{where}.costs")
+        if data.get("ops") is not None:  # a run that counted its operations (ddd/ops.py)
+            ops = self.obj(data["ops"], f"{where}.ops")
+            self.keys(ops, OPS_FIELDS, OPS_FIELDS, f"{where}.ops")
+            for name in sorted(OPS_FIELDS):
+                self.integer(ops[name], f"{where}.ops.{name}", 0, BIG_INT)
         chain_end = data.get("chain_end", "")
         if chain_end != "" and chain_end not in CHAIN_ENDS:  # files made before it was recorded have none
             raise self.fail(f"{where}.chain_end", f"is {excerpt(chain_end)}, not one of {', '.join(CHAIN_ENDS)}")

@@ -6,6 +6,7 @@ record; nothing in the record feeds back into decoding.
 """
 from __future__ import annotations
 
+import contextlib
 import time
 from collections.abc import Callable, Iterator
 from dataclasses import replace
@@ -19,6 +20,7 @@ from .costs import LADDER, CostMeter, StepCosts, meter_for
 from .drafting import Draft, Drafter, DynamicTreeDrafter, HeadRunner, StaticTreeDrafter
 from .head import DraftHead
 from .models import Target
+from .ops import OpCounter, StepOps
 from .settings import (MAX_NEW_TOKENS, SETTINGS_CLASSES, Sampling, SettingsError, check_method, method_settings,
                        settings_dict)
 from .metrics import summarize
@@ -119,7 +121,7 @@ class Generation:
     def __init__(self, target: Target, head: DraftHead | None, prompt: str | list[int], method: str = "ddd", *,
                  max_new_tokens: int = MAX_NEW_TOKENS.default, sampling: Sampling | None = None,
                  settings: Any = None, chat: bool = True, record: bool = True, eos_ids: set[int] | None = None,
-                 clock: Callable[[], float] = time.perf_counter):
+                 clock: Callable[[], float] = time.perf_counter, count_ops: bool = False):
         self.target, self.head, self.method = target, head, check_method(method)
         self.clock = clock  # every step's timings read it (tests inject one)
         # A copy: the run must not change the caller's object, nor the caller the run's.
@@ -134,6 +136,8 @@ class Generation:
         self.settings.validate(head.draft_vocab_size if head is not None else target.vocab_size)
         self.max_new_tokens = MAX_NEW_TOKENS.parse(max_new_tokens)
         self.record = record
+        # Each step's dispatched operations by phase (ddd/ops.py), read at the same points as its timings.
+        self._ops = OpCounter() if count_ops else None
         self.prompt_ids = prompt_ids(target, prompt, chat)
         self.meter = cost_meter(target, head, self.settings) if method == "cost" else None
         self.drafter = make_drafter(method, self.settings, head, self.meter, clock)
@@ -174,12 +178,16 @@ class Generation:
             torch.cuda.synchronize()
         return self.clock()
 
+    def _ops_since(self) -> int:
+        """Operations dispatched since the last call (0 when not counting)."""
+        return self._ops.mark() if self._ops is not None else 0
+
     def __iter__(self) -> Iterator[Step]:
         # Inference mode is entered per step, never held across a yield: it is thread-wide state, and runs
         # advanced in turn (ddd.turns) would otherwise leave it switched on for the caller, restored out of order.
         steps = self._run()
         while True:
-            with torch.inference_mode():
+            with torch.inference_mode(), self._ops or contextlib.nullcontext():
                 step = next(steps, None)
             if step is None:
                 break
@@ -196,6 +204,7 @@ class Generation:
         ids = torch.tensor([self.prompt_ids], device=device)
 
         start = self._sync()
+        self._ops_since()
         hidden, features = self._forward(input_ids=ids, cache=cache, use_cache=True)
         logits = model.lm_head(hidden[-1:])[0]
         if self.meter is not None and not self.meter.timed:
@@ -203,7 +212,8 @@ class Generation:
         verified = self._sync()
         token = next_token(logits, self.sampling, generator)
         step = Step(index=0, token_ids=[token], text="", accepted=0, verify_ms=(verified - start) * 1e3, prefill=True)
-        if self._emit(step, verified):
+        ops = StepOps(verify=self._ops_since())
+        if self._emit(step, verified, ops):
             yield step
             return
         yield step
@@ -222,14 +232,16 @@ class Generation:
                 return
             past = cache.get_seq_length()
             start = self._sync()
+            ops = StepOps(other=self._ops_since())  # the loop's own, between two steps
             if runner is None:
                 draft = None
                 drafted = start  # nothing to draft: the whole forward is verification
                 hidden = model.model(input_ids=torch.tensor([[token]], device=device), cache=cache,
                                      use_cache=True).last_hidden_state[0]
                 logits = model.lm_head(hidden[-1:])[0]
-                verified = self._sync()
                 acceptance = Acceptance([0], next_token(logits, self.sampling, generator))
+                verified = self._sync()
+                ops.verify = self._ops_since()
                 accepted_tokens = []
             else:
                 root = torch.tensor(token, device=device)
@@ -243,9 +255,11 @@ class Generation:
                     draft = Draft(pool, DraftTree.from_pool(pool, torch.zeros(1, dtype=torch.long, device=device)),
                                   torch.zeros(0, dtype=torch.long))
                 drafted = self._sync()
+                ops.draft = self._ops_since()
                 hidden, features = self._verify(cache, draft.tree, past)
                 acceptance = self._accept(draft, TreeLogits(hidden, model.lm_head), generator)
                 verified = self._sync()
+                ops.verify = self._ops_since()
                 path = torch.tensor(acceptance.path, device=device)
                 _keep_cache(cache, past, path)
                 accepted_tokens = draft.tree.tokens[path[1:]].tolist()
@@ -257,7 +271,7 @@ class Generation:
                         draft_ms=(drafted - start) * 1e3, verify_ms=(verified - drafted) * 1e3)
             if draft is not None:
                 self._describe(step, draft, acceptance)
-            done = self._emit(step, verified)
+            done = self._emit(step, verified, ops)
             if self.drafter is not None:
                 self.drafter.observe(step)
             if not done and cache.get_seq_length() >= limit:
@@ -300,7 +314,7 @@ class Generation:
             return accept_greedy(draft.tree, logits)
         return accept_sampled(draft.tree, logits, self.sampling, generator, draft.pool["ranks"][draft.tree.pool_index])
 
-    def _emit(self, step: Step, verified_at: float) -> bool:
+    def _emit(self, step: Step, verified_at: float, ops: StepOps) -> bool:
         """Apply the stop rules to the step's tokens, add its text, finish its timing; True when the run ends."""
         done = False
         for i, tok in enumerate(step.token_ids):
@@ -323,6 +337,9 @@ class Generation:
             step.text += self._finish()
         self.trace.steps.append(step)
         step.other_ms = (self._sync() - verified_at) * 1e3
+        if self._ops is not None:
+            ops.other += self._ops_since()
+            step.ops = ops
         return done
 
     def _finish(self) -> str:
@@ -367,12 +384,13 @@ class Generation:
 def generate(target: Target, head: DraftHead | None, prompt: str | list[int], method: str = "ddd", *,
              max_new_tokens: int = MAX_NEW_TOKENS.default, sampling: Sampling | None = None, chat: bool = True,
              record: bool = True, temperature: float | None = None, top_p: float | None = None,
-             seed: int | None = None, **settings: Any) -> Generation:
+             seed: int | None = None, count_ops: bool = False, **settings: Any) -> Generation:
     """Decode `prompt` (text, or the target's token ids as they are) with `method` (plain, eagle, eagle2, ddd,
     cost). Extra keyword arguments are the method's settings (e.g. beam_width=10, threshold=-0.3; ddd.settings
-    declares them); temperature/top_p/seed are shortcuts into `sampling`, applied to a copy of it."""
+    declares them); temperature/top_p/seed are shortcuts into `sampling`, applied to a copy of it. With `count_ops`
+    every step records the operations it dispatched (ddd/ops.py), which slows the run."""
     shortcuts = {name: value for name, value in (("temperature", temperature), ("top_p", top_p), ("seed", seed))
                  if value is not None}
     sampling = replace(sampling or Sampling(), **shortcuts)
     return Generation(target, head, prompt, method, max_new_tokens=max_new_tokens, sampling=sampling,
-                      settings=method_settings(method, **settings), chat=chat, record=record)
+                      settings=method_settings(method, **settings), chat=chat, record=record, count_ops=count_ops)

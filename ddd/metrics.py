@@ -13,6 +13,7 @@ from collections import Counter
 from collections.abc import Iterable, Mapping, Sequence
 from typing import Any
 
+from .ops import PHASES
 from .trace import CHAIN_ENDS, Step
 
 # Sums that make up a run's counts; None marks a quantity the decoder cannot report (e.g. draft time of
@@ -33,6 +34,8 @@ COUNT_FIELDS = (
     "total_ms",  # prefill included: the wall time of the whole answer
     # speculative steps by why their accepted chain ended (trace.CHAIN_ENDS)
     *(f"chain_end_{reason}" for reason in CHAIN_ENDS),
+    # operations dispatched by decode steps (ddd/ops.py), where the run counted them
+    *(f"ops_{phase}" for phase in PHASES),
 )
 
 
@@ -55,6 +58,8 @@ def counts_from_steps(steps: Sequence[Step]) -> dict[str, float]:
         "other_ms": sum(s.other_ms for s in decode),
         "total_ms": sum(s.ms for s in steps),
         **{f"chain_end_{reason}": sum(s.chain_end == reason for s in decode) for reason in CHAIN_ENDS},
+        **{f"ops_{phase}": (sum(getattr(s.ops, phase) for s in decode)
+                            if decode and all(s.ops is not None for s in decode) else None) for phase in PHASES},
         "depths": dict(sorted(Counter(str(s.draft_calls) for s in speculative).items(), key=lambda kv: int(kv[0]))),
     }
 
@@ -79,6 +84,7 @@ def counts_from_wall(new_tokens: int, total_ms: float, forwards: int | None = No
         "other_ms": None,
         "total_ms": total_ms,
         **{f"chain_end_{reason}": None for reason in CHAIN_ENDS},
+        **{f"ops_{phase}": None for phase in PHASES},
         "depths": None,
     }
 
@@ -137,6 +143,19 @@ def chain_end_shares(counts: Mapping[str, Any]) -> dict[str, float | None]:
     ends = [counts.get(f"chain_end_{reason}") for reason in CHAIN_ENDS]
     total = None if any(n is None for n in ends) else sum(ends)
     return {f"chain_end_{reason}_share": _ratio(n, total) for reason, n in zip(CHAIN_ENDS, ends)}
+
+
+def op_figures(counts: Mapping[str, Any]) -> dict[str, float | None]:
+    """Operations dispatched (ddd/ops.py) per generated token and per decode step; a step's drafting per draft
+    call; and the rest of a step (the target's forward over the tree, the acceptance, the cache and the record),
+    which a plain step is made of alone. None where the run did not count them."""
+    parts = [counts.get(f"ops_{phase}") for phase in PHASES]
+    total = None if any(p is None for p in parts) else sum(parts)
+    rest = None if total is None else parts[1] + parts[2]
+    return {"ops_per_token": _ratio(total, counts.get("decode_tokens")),
+            "ops_per_step": _ratio(total, counts.get("decode_steps")),
+            "ops_per_draft_call": _ratio(parts[0], counts.get("draft_calls")),
+            "ops_rest_per_step": _ratio(rest, counts.get("decode_steps"))}
 
 
 def derived(counts: Mapping[str, Any]) -> dict[str, float | None]:
@@ -228,6 +247,7 @@ def summarize_group(rows: Sequence[Mapping[str, Any]], reference: Mapping[Any, f
         "depth_shares": depth_shares(r["counts"] for r in rows),
         **time_shares(pooled),
         **chain_end_shares(pooled),
+        **op_figures(pooled),
         "target_forwards": forwards / n if forwards is not None else None,
         "new_tokens": pooled["new_tokens"] / n,
         "prefill_ms": median(r["counts"].get("prefill_ms") for r in rows),

@@ -10,6 +10,7 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
 
+from .ops import StepOps
 from .settings import current_names
 
 SCHEMA_VERSION = 1
@@ -92,6 +93,7 @@ class Step:
     bonus_text: str = ""
     chain_end: str = ""  # one of CHAIN_ENDS for a speculative step
     costs: CostsUsed | None = None  # the cost rule's
+    ops: StepOps | None = None  # operations dispatched, where the run counted them (ddd/ops.py)
 
     @property
     def ms(self) -> float:
@@ -112,6 +114,8 @@ class Step:
         data["checks"] = [DepthCheck(**c) for c in data.get("checks", [])]
         if data.get("costs") is not None:
             data["costs"] = CostsUsed(**data["costs"])
+        if data.get("ops") is not None:
+            data["ops"] = StepOps(**data["ops"])
         return cls(**data)
 
 
