@@ -68,7 +68,7 @@ def accept_greedy(tree: DraftTree, logits: TreeLogits) -> Acceptance:
         best[internal] = logits.rows(internal).argmax(dim=-1)
     ok = tree.tokens == best[tree.parents.clamp(min=0)]
     ok[0] = True
-    accepted = ~(tree.ancestor_mask() & ~ok[None, :]).any(dim=1)
+    accepted = ~(tree.ancestor_mask & ~ok[None, :]).any(dim=1)
     last = int(torch.where(accepted, tree.depths, -1).argmax())
     path = [last]
     while parents[path[-1]] >= 0:

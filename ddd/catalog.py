@@ -3,9 +3,11 @@ the papers measured, and whether a model fits the memory of the device it would 
 anything is downloaded beyond its config."""
 from __future__ import annotations
 
+import json
 import shutil
 from dataclasses import dataclass
 from pathlib import Path
+from types import SimpleNamespace
 from typing import Any
 
 import torch
@@ -35,6 +37,12 @@ class ModelPair:
     gpu_only: bool = False  # a 7B target decodes far too slowly on a CPU to race there
     # Where the pair's own paper departs from the papers' tree settings (the declared defaults): (name, value).
     settings: tuple[tuple[str, Any], ...] = ()
+    gated: bool = False  # the hub gives its target only to an account that accepted its licence (an HF_TOKEN)
+    # The head's layout (ddd.head.DraftHead.kind) and, for a head that drafts over its own vocabulary, that
+    # vocabulary's size (its config.json's draft_vocab_size; None: the target's). The shipped head's are read from
+    # its config.json (head_shape).
+    head_kind: str = "eagle"
+    draft_vocab: int | None = None
 
     def tree_settings(self) -> dict[str, Any]:
         """The tree settings this pair races at: the papers' (ddd.settings defaults) with the pair's changes."""
@@ -50,14 +58,43 @@ EAGLE3_SETTINGS = (("draft_calls", EAGLE3_DRAFT_CALLS),
                    ("max_draft_calls", max(EAGLE3_DRAFT_CALLS, MAX_DRAFT_CALLS.default)))
 
 PAIRS = [
-    ModelPair("SmolLM2-135M-Instruct + shipped head (default)", None, None),
+    ModelPair("SmolLM2-135M-Instruct + shipped head (default)", None, None, head_kind="eagle3"),
     ModelPair("Vicuna-7B v1.3 + EAGLE head (EAGLE-2 / DDD papers)", "lmsys/vicuna-7b-v1.3",
               "yuhuili/EAGLE-Vicuna-7B-v1.3", gpu_only=True),
     ModelPair("LLaMA-3 8B Instruct + EAGLE head (DDD paper)", "meta-llama/Meta-Llama-3-8B-Instruct",
-              "yuhuili/EAGLE-LLaMA3-Instruct-8B", gpu_only=True),
+              "yuhuili/EAGLE-LLaMA3-Instruct-8B", gpu_only=True, gated=True),
     ModelPair("Llama-3.1 8B Instruct + EAGLE-3 head", "meta-llama/Llama-3.1-8B-Instruct",
-              "yuhuili/EAGLE3-LLaMA3.1-Instruct-8B", gpu_only=True, settings=EAGLE3_SETTINGS),
+              "yuhuili/EAGLE3-LLaMA3.1-Instruct-8B", gpu_only=True, settings=EAGLE3_SETTINGS, gated=True,
+              head_kind="eagle3", draft_vocab=32000),
 ]
+
+# The targets' sizes, from their config.json (nothing is read from the hub to use them): what a ZeroGPU Space's
+# export counts its memory and disk by (explorer/deploy.py) and what the GPU projection counts bytes by
+# (ddd/bench/projection.py).
+_LLAMA3_8B = dict(hidden_size=4096, intermediate_size=14336, num_hidden_layers=32, num_attention_heads=32,
+                  num_key_value_heads=8, vocab_size=128256)
+TARGET_SIZES = {
+    DEFAULT_HUB_ID: dict(hidden_size=576, intermediate_size=1536, num_hidden_layers=30, num_attention_heads=9,
+                         num_key_value_heads=3, vocab_size=49152, tie_word_embeddings=True),
+    "lmsys/vicuna-7b-v1.3": dict(hidden_size=4096, intermediate_size=11008, num_hidden_layers=32,
+                                 num_attention_heads=32, num_key_value_heads=32, vocab_size=32000),
+    "meta-llama/Meta-Llama-3-8B-Instruct": _LLAMA3_8B,
+    "meta-llama/Llama-3.1-8B-Instruct": _LLAMA3_8B,
+}
+
+
+def target_size(pair: ModelPair) -> SimpleNamespace:
+    """A pair's target config as TARGET_SIZES declares it (the config fields parameter_count reads)."""
+    return SimpleNamespace(**TARGET_SIZES[pair.model or DEFAULT_HUB_ID])
+
+
+def head_shape(pair: ModelPair) -> tuple[str, int | None]:
+    """The pair's head kind and its own draft vocabulary's size (None: it drafts over the target's)."""
+    if pair.head is None and pair.model is None:
+        config = json.loads((SHIPPED_HEAD / "config.json").read_text())
+        vocab = config.get("draft_vocab_size")
+        return pair.head_kind, vocab if vocab and vocab != config["vocab_size"] else None
+    return pair.head_kind, pair.draft_vocab
 
 
 def parameter_count(config) -> int:

@@ -43,6 +43,7 @@ from transformers.models.llama.modeling_llama import (LlamaAttention, LlamaDecod
 from .head import (DraftHead, HeadLoadError, d2t_of, draft_map, llama_config, refuse_misfit, seeded,
                    target_config_fields, vocab_problems)
 from .models import Target
+from .precision import TREE_ATTENTION
 
 MAX_LAYERS = 8  # a draft head is meant to be a small fraction of its target
 DRAFT_HIDDEN = ("output", "first_layer")  # what a draft step hands the next level as its hidden state
@@ -102,7 +103,7 @@ class Eagle3Head(DraftHead):
             raise ValueError(f"An EAGLE-3 head has 1 to {MAX_LAYERS} decoder layers, not {config.num_hidden_layers}.")
         check_draft_hidden(draft_hidden, config.num_hidden_layers)
         self.draft_hidden = draft_hidden
-        config._attn_implementation = "sdpa"
+        config._attn_implementation = TREE_ATTENTION
         self.config = config
         self.aux_layers = tuple(aux_layers)
         hidden = config.hidden_size

@@ -26,7 +26,7 @@ from transformers.models.llama.modeling_llama import LlamaDecoderLayer, LlamaRot
 
 from .costs import IDENTITY, Calibration
 from .models import Target
-from .precision import quantize_int8
+from .precision import TREE_ATTENTION, quantize_int8
 
 # config.json fields that describe the checkpoint rather than the Llama layer inside it.
 _NOT_LLAMA_FIELDS = ("bias", "architectures", "torch_dtype", "dtype", "draft_vocab_size", "eagle_config",
@@ -145,7 +145,7 @@ class EagleHead(DraftHead):
     def __init__(self, config: LlamaConfig, bias: bool = True, d2t: torch.Tensor | None = None):
         super().__init__()
         config.num_hidden_layers = 1
-        config._attn_implementation = "sdpa"
+        config._attn_implementation = TREE_ATTENTION
         self.config = config
         self.bias = bias
         hidden = config.hidden_size

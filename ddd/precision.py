@@ -19,9 +19,11 @@ import warnings
 import torch
 from torch import nn
 from transformers import AttentionInterface, PreTrainedModel
-from transformers.masking_utils import AttentionMaskInterface, eager_mask
+from transformers.integrations.sdpa_attention import sdpa_attention_forward
+from transformers.masking_utils import AttentionMaskInterface, eager_mask, sdpa_mask
 
 EXACT_ATTENTION = "ddd_exact"
+TREE_ATTENTION = "ddd_sdpa"
 
 
 class Int8Linear(nn.Module):
@@ -165,8 +167,27 @@ def exact_attention(module: nn.Module, query: torch.Tensor, key: torch.Tensor, v
     return out.view(batch, heads, n, dim).to(query.dtype).transpose(1, 2).contiguous(), None
 
 
+def tree_attention(module: nn.Module, query: torch.Tensor, key: torch.Tensor, value: torch.Tensor,
+                   attention_mask: torch.Tensor | None, scaling: float, dropout: float = 0.0,
+                   **kwargs) -> tuple[torch.Tensor, None]:
+    """transformers' sdpa attention, except for a masked forward (a draft tree) on a CPU: there the query heads
+    that share a key/value head read it in place (`enable_gqa`) where transformers first repeats every key and
+    value head, six more operations a layer in each tree forward (the result is the same to the bit). On a GPU the
+    memory-efficient kernel takes a mask but not grouped heads, so there the repeat stays."""
+    if attention_mask is None or query.device.type != "cpu" or dropout:
+        return sdpa_attention_forward(module, query, key, value, attention_mask, scaling=scaling, dropout=dropout,
+                                      **kwargs)
+    if attention_mask.shape[-1] != key.shape[-2]:
+        attention_mask = attention_mask[..., : key.shape[-2]]
+    out = torch.nn.functional.scaled_dot_product_attention(query, key, value, attn_mask=attention_mask, scale=scaling,
+                                                           enable_gqa=query.shape[1] != key.shape[1])
+    return out.transpose(1, 2).contiguous(), None
+
+
 AttentionInterface.register(EXACT_ATTENTION, exact_attention)
 AttentionMaskInterface.register(EXACT_ATTENTION, eager_mask)
+AttentionInterface.register(TREE_ATTENTION, tree_attention)
+AttentionMaskInterface.register(TREE_ATTENTION, sdpa_mask)
 
 
 # Calibration chat for the activation ranges: prose, code, arithmetic, a list, other languages. It goes
@@ -219,9 +240,11 @@ def to_exact(model: PreTrainedModel) -> PreTrainedModel:
 
 def apply_precision(model: PreTrainedModel, precision: str, device: str, tokenizer=None) -> PreTrainedModel:
     """What a precision mode does to a freshly loaded model beyond its float dtype: int8 quantizes; bfloat16
-    and float16 on a CPU compute exactly; elsewhere the native kernels stay."""
+    and float16 on a CPU compute exactly; elsewhere the native kernels stay, sdpa's as `tree_attention` calls them."""
     if precision == "int8":
         return to_int8(model, tokenizer)
     if precision in ("bfloat16", "float16") and device == "cpu":
         return to_exact(model)
+    if model.config._attn_implementation == "sdpa":
+        model.set_attn_implementation(TREE_ATTENTION)
     return model

@@ -2,6 +2,7 @@
 from __future__ import annotations
 
 from dataclasses import dataclass, field
+from functools import cached_property
 
 import torch
 
@@ -90,22 +91,25 @@ class DraftTree:
     def __len__(self) -> int:
         return self.tokens.numel()
 
+    @cached_property
     def ancestor_mask(self) -> torch.Tensor:
-        """(n, n) bool: row i marks i and all its ancestors. Built level by level, not node by node."""
+        """(n, n) bool: row i marks i and all its ancestors (verification and acceptance both read it). Each node's
+        chain of ancestors comes from following parent links once per level of the tree (the root is its own
+        parent here, which changes nothing: it is everyone's ancestor)."""
         n = len(self)
-        mask = torch.eye(n, dtype=torch.bool, device=self.tokens.device)
-        for depth in range(1, int(self.depths.max()) + 1):
-            rows = (self.depths == depth).nonzero().squeeze(1)
-            mask[rows] |= mask[self.parents[rows]]
-        return mask
+        parents = self.parents.clamp(min=0)
+        chain = [torch.arange(n, device=self.tokens.device)]
+        for _ in range(int(self.depths.max())):
+            chain.append(parents[chain[-1]])
+        return torch.zeros(n, n, dtype=torch.bool, device=self.tokens.device).scatter_(1, torch.stack(chain, 1), True)
 
     def attention_mask(self, past: int, dtype: torch.dtype) -> torch.Tensor:
         """(1, 1, n, past + n) additive mask for verifying the tree after `past` cached tokens: each node sees
         the prefix, its ancestors and itself."""
         n = len(self)
-        visible = torch.cat((torch.ones(n, past, dtype=torch.bool, device=self.tokens.device), self.ancestor_mask()), 1)
-        mask = torch.zeros(visible.shape, dtype=dtype, device=visible.device)
-        return mask.masked_fill_(~visible, torch.finfo(dtype).min)[None, None]
+        mask = torch.zeros(1, 1, n, past + n, dtype=dtype, device=self.tokens.device)
+        mask[0, 0, :, past:].masked_fill_(~self.ancestor_mask, torch.finfo(dtype).min)
+        return mask
 
     @classmethod
     def chain(cls, tokens: torch.Tensor) -> "DraftTree":

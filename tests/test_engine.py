@@ -108,7 +108,7 @@ def test_ancestor_mask_and_positions():
     # root -> a, b; a -> c; c -> d
     tree = DraftTree(tokens=torch.tensor([5, 6, 7, 8, 9]), parents=torch.tensor([-1, 0, 0, 1, 3]),
                      depths=torch.tensor([0, 1, 1, 2, 3]), pool_index=torch.arange(5))
-    mask = tree.ancestor_mask()
+    mask = tree.ancestor_mask
     expected = [{0}, {0, 1}, {0, 2}, {0, 1, 3}, {0, 1, 3, 4}]
     assert [set(torch.nonzero(row).flatten().tolist()) for row in mask] == expected
 
@@ -125,7 +125,7 @@ def test_attention_mask_shows_each_node_the_prefix_and_its_ancestors():
 def test_a_chain_is_one_path():
     chain = DraftTree.chain(torch.tensor([4, 3, 2]))
     assert chain.parents.tolist() == [-1, 0, 1] and chain.depths.tolist() == [0, 1, 2]
-    assert chain.ancestor_mask().tolist() == torch.ones(3, 3, dtype=torch.bool).tril().tolist()
+    assert chain.ancestor_mask.tolist() == torch.ones(3, 3, dtype=torch.bool).tril().tolist()
 
 
 def test_verify_positions_are_prefix_plus_depth(llama, llama_head, monkeypatch):
