@@ -23,6 +23,9 @@ class HeadRunner:
     """Runs the draft head: its KV cache holds only accepted context; tree nodes go on top and are dropped.
 
     Context positions take the target's features (fused by the head); tree nodes take their parent's output.
+    A step's tree mask lives in one buffer: row 0 sees the context only (the root's row), row s + 1 is tree slot
+    s's (the context, its ancestors, itself), so a call's rows are its parents' rows plus one entry each. Rotary
+    embeddings come from a table of positions (each row is what the head's rotary gives that position alone).
     """
 
     def __init__(self, head: DraftHead, target: Target):
@@ -31,10 +34,12 @@ class HeadRunner:
         self.vocab_ids = head.draft_to_target()
         self.draft_lm = head.draft_lm(target)
         self.cache = DynamicCache(config=head.config)
+        self.dtype, self.device = target.model.dtype, target.device
         self.min_value = torch.finfo(target.lm_weight.dtype).min
         self._tree_start = 0
         self._slots = 0
-        self._slot_mask = torch.zeros(0, 0, dtype=torch.bool, device=target.device)
+        self._rows = torch.zeros(0, 0, device=target.device)
+        self._cos = self._sin = torch.zeros(1, 0, 0, device=target.device)
 
     @property
     def context_length(self) -> int:
@@ -42,52 +47,55 @@ class HeadRunner:
 
     def logprobs(self, features: torch.Tensor) -> torch.Tensor:
         """Draft log-probabilities over the draft vocabulary from head outputs."""
-        return torch.log_softmax(self.draft_lm(features).float(), dim=-1)
+        logits = self.draft_lm(features)
+        return torch.log_softmax(logits if logits.dtype == torch.float32 else logits.float(), dim=-1)
 
     def to_target_ids(self, draft_ids: torch.Tensor) -> torch.Tensor:
         return draft_ids if self.vocab_ids is None else self.vocab_ids[draft_ids]
+
+    def _rope(self, start: int, count: int) -> tuple[torch.Tensor, torch.Tensor]:
+        """The rotary cos and sin of positions start .. start + count - 1, (1, count, D)."""
+        if start + count > self._cos.shape[1]:  # grown by doubling: a run reads it a few times, not every step
+            length = max(2 * (start + count), 256)
+            positions = torch.arange(length, device=self.device)[None]
+            self._cos, self._sin = self.head.rotary(torch.zeros(0, dtype=self.dtype, device=self.device), positions)
+        return self._cos.narrow(1, start, count), self._sin.narrow(1, start, count)
 
     def extend(self, next_tokens: torch.Tensor, features: torch.Tensor) -> torch.Tensor:
         """Feed accepted positions (target features f_t with tokens x_{t+1}); returns the last output (H,)."""
         start = self.context_length
         n = next_tokens.numel()
-        positions = torch.arange(start, start + n, device=features.device)
-        mask = torch.full((n, start + n), self.min_value, dtype=features.dtype, device=features.device)
-        mask.masked_fill_(torch.arange(start + n, device=mask.device)[None, :] <= positions[:, None], 0)
-        out = self.head(self.embed(next_tokens.view(1, -1)), self.head.fuse(features.view(1, n, -1)), positions[None],
-                        mask[None, None], self.cache)
+        # Position start + i sees every position up to itself: everything above that diagonal is masked.
+        mask = torch.full((n, start + n), self.min_value, dtype=self.dtype, device=self.device).triu_(start + 1)
+        out = self.head(self.embed(next_tokens.view(1, -1)), self.head.fuse(features.view(1, n, -1)), None,
+                        mask.view(1, 1, n, start + n), self.cache, self._rope(start, n))
         return out[0, -1]
 
-    def begin_tree(self) -> None:
-        self._tree_start = self.context_length
+    def begin_tree(self, slots: int) -> None:
+        """A new tree of at most `slots` expanded nodes."""
+        self._tree_start = start = self.context_length
         self._slots = 0
-        self._slot_mask = self._slot_mask.new_zeros(0, 0)
+        self._rows = torch.full((slots + 1, start + slots), self.min_value, dtype=self.dtype, device=self.device)
+        self._rows[:, :start] = 0
 
-    def expand(self, tokens: torch.Tensor, parent_features: torch.Tensor, depths: torch.Tensor, parent_slots: torch.Tensor):
-        """Run tree nodes at once; each sees the context, its expanded ancestors and itself.
+    def expand(self, tokens: torch.Tensor, parent_features: torch.Tensor, depth: int, parent_rows: torch.Tensor):
+        """Run tree nodes of one depth at once; each sees the context, its expanded ancestors and itself.
 
-        parent_slots gives each node's parent among earlier expanded nodes (-1: the root). Returns the nodes'
-        predicted features (n, H) and their slots for their own children.
+        parent_rows gives each node's parent's mask row (0: the root; what an earlier call returned otherwise).
+        Returns the nodes' predicted features (n, H) and the row of the first (the others' follow it), for their
+        children.
         """
         n = tokens.numel()
-        device = tokens.device
-        has_parent = (parent_slots >= 0)[:, None]
-        rows = torch.where(has_parent, self._slot_mask[parent_slots.clamp(min=0)], False) if self._slots else \
-            torch.zeros(n, 0, dtype=torch.bool, device=device)
-        rows = torch.cat((rows, torch.eye(n, dtype=torch.bool, device=device)), dim=1)
-        width = self._slots + n
-        grown = torch.zeros(width, width, dtype=torch.bool, device=device)
-        grown[: self._slots, : self._slots] = self._slot_mask
-        grown[self._slots :] = rows
-        self._slot_mask = grown
-        visible = torch.cat((torch.ones(n, self._tree_start, dtype=torch.bool, device=device), rows), dim=1)
-        mask = torch.zeros(visible.shape, dtype=parent_features.dtype, device=device).masked_fill_(~visible, self.min_value)
-        positions = (self._tree_start - 1 + depths).view(1, -1)
-        hidden = self.head.next_hidden(parent_features).reshape(1, n, -1)
-        out = self.head(self.embed(tokens.view(1, -1)), hidden, positions, mask[None, None], self.cache)
-        slots = torch.arange(self._slots, self._slots + n, device=device)
+        first, start = self._slots, self._tree_start
+        end = start + first + n
+        rows = self._rows[parent_rows]
+        rows.diagonal(start + first).fill_(0)  # each node sees itself
+        self._rows[first + 1 : first + 1 + n] = rows
         self._slots += n
-        return out[0], slots
+        hidden = self.head.next_hidden(parent_features).view(1, n, -1)
+        out = self.head(self.embed(tokens.view(1, -1)), hidden, None, rows[:, :end].view(1, 1, n, end), self.cache,
+                        self._rope(start - 1 + depth, 1))
+        return out[0], first + 1
 
     def end_tree(self) -> None:
         removed = self.context_length - self._tree_start
@@ -135,11 +143,11 @@ class StaticTreeDrafter(Drafter):
         # Per tree path: pool index, cumulative score, and (once expanded) head output, slot and logprobs.
         index_of: dict[tuple[int, ...], int] = {(): 0}
         score_of = {(): torch.zeros((), device=device)}
-        feature_of, slot_of, logprobs_of = {(): root_feature}, {(): -1}, {(): runner.logprobs(root_feature)}
+        feature_of, row_of, logprobs_of = {(): root_feature}, {(): 0}, {(): runner.logprobs(root_feature)}
         in_beam: list[int] = []
         confidence = []
         calls = 1
-        runner.begin_tree()
+        runner.begin_tree(len(self.parents_with_children))
         for level in range(1, min(self.depth, depth_limit) + 1):
             level_paths = [p for p in self.paths if len(p) == level and p[:-1] in logprobs_of]
             if not level_paths:
@@ -151,26 +159,26 @@ class StaticTreeDrafter(Drafter):
             logprob = parent_lp.gather(1, draft_ids[:, None]).squeeze(1)
             score = torch.stack([score_of[q] for q in parents]) + logprob
             tokens = runner.to_target_ids(draft_ids)
-            idx = pool.add(tokens, torch.tensor([index_of[q] for q in parents], device=device), level, logprob,
-                           score, ranks)
+            first = pool.add(tokens, torch.tensor([index_of[q] for q in parents], device=device), level, logprob,
+                             score, ranks)
             for j, p in enumerate(level_paths):
-                index_of[p], score_of[p] = int(idx[j]), score[j]
+                index_of[p], score_of[p] = first + j, score[j]
             confidence.append(torch.logsumexp(score, 0))
             expand = [j for j, p in enumerate(level_paths) if p in self.parents_with_children]
             if not expand or level == min(self.depth, depth_limit):
                 break
             rows = torch.tensor(expand, device=device)
-            feats, slots = runner.expand(
+            feats, first_row = runner.expand(
                 tokens[rows],
                 torch.stack([feature_of[parents[j]] for j in expand]),
-                torch.full((len(expand),), level, device=device),
-                torch.tensor([slot_of[parents[j]] for j in expand], device=device),
+                level,
+                torch.tensor([row_of[parents[j]] for j in expand], device=device),
             )
             calls += 1
             lps = runner.logprobs(feats)
             for row, j in enumerate(expand):
                 p = level_paths[j]
-                feature_of[p], slot_of[p], logprobs_of[p] = feats[row], int(slots[row]), lps[row]
+                feature_of[p], row_of[p], logprobs_of[p] = feats[row], first_row + row, lps[row]
                 in_beam.append(index_of[p])
         runner.end_tree()
         cat = pool.cat()
@@ -196,7 +204,7 @@ class DepthPolicy(ABC):
     def keep(self, pool: Pool, cat: dict[str, torch.Tensor], calls: int, total_tokens: int) -> torch.Tensor:
         """Pool indices to verify (`cat`: the pool's tensors): the root and the best `total_tokens - 1` nodes by
         draft score (EAGLE-2)."""
-        return rerank(cat["scores"], cat["depths"], total_tokens)
+        return rerank(cat["scores"], total_tokens)
 
     def costs_used(self) -> CostsUsed | None:
         """What the step's decisions were priced with, for the trace (None: no prices)."""
@@ -290,7 +298,7 @@ class CostDepth(DepthPolicy):
         if size is not None and size != verified:
             verified, self._retimed = size, True
         path = torch.tensor(self._path, device=cat["depths"].device).clamp_min(1e-30).log()
-        return rerank(path, cat["depths"], verified)
+        return rerank(path, verified)
 
     def costs_used(self) -> CostsUsed:
         c = self.costs
@@ -311,6 +319,7 @@ class DynamicTreeDrafter(Drafter):
         self.beam_width = beam_width
         self.total_tokens = total_tokens
         self.policy = policy
+        self._made: dict[str, torch.Tensor] | None = None
 
     @classmethod
     def eagle2(cls, s: Eagle2Settings) -> "DynamicTreeDrafter":
@@ -331,44 +340,53 @@ class DynamicTreeDrafter(Drafter):
     def observe(self, step: Step) -> None:
         self.policy.observe(step)
 
+    def _constants(self, device: torch.device) -> dict[str, torch.Tensor]:
+        """Index tensors every step of this drafter reads, made once: ranks of a node's K children, each row's
+        parent among a K x K block of children, and the first level's pool indices."""
+        if self._made is None or self._made["ranks"].device != device:
+            k = self.beam_width
+            ranks = torch.arange(k, device=device)
+            self._made = {"ranks": ranks, "child_ranks": ranks.repeat(k), "parent_of_child": ranks.repeat_interleave(k),
+                          "level_one": ranks + 1, "root_rows": torch.zeros(k, dtype=torch.long, device=device)}
+        return self._made
+
     def draft(self, runner, root_token, root_feature, depth_limit):
         k = self.beam_width
-        device = root_token.device
+        made = self._constants(root_token.device)
         pool = Pool.with_root(root_token)
         logprob, draft_ids = runner.logprobs(root_feature).topk(k)
         beam_tokens = runner.to_target_ids(draft_ids)
-        beam = pool.add(beam_tokens, torch.zeros(k, device=device), 1, logprob, logprob, torch.arange(k, device=device))
-        beam_scores = logprob
+        pool.add(beam_tokens, made["root_rows"], 1, logprob, logprob, made["ranks"])
+        beam, beam_scores = made["level_one"], logprob
         beam_features = root_feature.expand(k, -1)
-        beam_parent_slots = torch.full((k,), -1, device=device, dtype=torch.long)
+        beam_rows = made["root_rows"]  # the root's mask row, 0, for each
         in_beam, confidence, checks = [], [torch.logsumexp(beam_scores, 0)], []
         max_calls = min(self.policy.max_calls, depth_limit)
         calls = 1
         self.policy.begin()
-        runner.begin_tree()
+        runner.begin_tree(k * (max_calls - 1))
         while calls < max_calls:
             check = self.policy.check(calls, confidence[-1], pool, beam)
             if check is not None:
                 checks.append(check)
                 if check.stop:
                     break
-            feats, slots = runner.expand(beam_tokens, beam_features, torch.full((k,), calls, device=device),
-                                         beam_parent_slots)
+            feats, first_row = runner.expand(beam_tokens, beam_features, calls, beam_rows)
             in_beam.append(beam)
             calls += 1
             child_lp, child_ids = runner.logprobs(feats).topk(k, dim=-1)  # (k, k)
-            child_scores = beam_scores[:, None] + child_lp
-            child_tokens = runner.to_target_ids(child_ids).flatten()
-            children = pool.add(child_tokens, beam[:, None].expand(k, k), calls, child_lp,
-                                child_scores, torch.arange(k, device=device).expand(k, k))
-            beam_scores, best = child_scores.flatten().topk(k)
-            beam, beam_tokens = children[best], child_tokens[best]
-            beam_features = feats[best // k]
-            beam_parent_slots = slots[best // k]
+            child_scores = (beam_scores[:, None] + child_lp).view(-1)
+            child_tokens = runner.to_target_ids(child_ids.view(-1))
+            first = pool.add(child_tokens, beam[made["parent_of_child"]], calls, child_lp, child_scores,
+                             made["child_ranks"])
+            beam_scores, best = child_scores.topk(k)
+            parent = best // k
+            beam, beam_tokens = best + first, child_tokens[best]
+            beam_features, beam_rows = feats[parent], parent + first_row
             confidence.append(torch.logsumexp(beam_scores, 0))
         runner.end_tree()
         cat = pool.cat()
         keep = self.policy.keep(pool, cat, calls, self.total_tokens)
-        expanded = torch.cat(in_beam) if in_beam else torch.zeros(0, dtype=torch.long, device=device)
+        expanded = torch.cat(in_beam) if in_beam else torch.zeros(0, dtype=torch.long, device=root_token.device)
         return Draft(cat, DraftTree.from_pool(cat, keep), expanded, confidence, checks, calls, self.policy.max_calls,
                      self.policy.costs_used())

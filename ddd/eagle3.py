@@ -40,7 +40,7 @@ from transformers.modeling_outputs import BaseModelOutputWithPast
 from transformers.models.llama.modeling_llama import (LlamaAttention, LlamaDecoderLayer, LlamaMLP, LlamaRMSNorm,
                                                       LlamaRotaryEmbedding)
 
-from .head import (DraftHead, HeadLoadError, d2t_of, draft_map, llama_config, refuse_misfit, seeded,
+from .head import (DraftHead, HeadLoadError, d2t_of, draft_map, llama_config, one_op_norms, refuse_misfit, seeded,
                    target_config_fields, vocab_problems)
 from .models import Target
 from .precision import TREE_ATTENTION
@@ -117,6 +117,7 @@ class Eagle3Head(DraftHead):
         self.lm_head = nn.Linear(hidden, d2t.numel(), bias=False)
         self.rotary = LlamaRotaryEmbedding(config)
         self.register_buffer("d2t", d2t, persistent=False)
+        one_op_norms(self)
 
     @property
     def feature_size(self) -> int:
@@ -136,11 +137,12 @@ class Eagle3Head(DraftHead):
         """The fused target layers (batch, seq, 3 x target width) -> the hidden input (batch, seq, H)."""
         return self.fc(features)
 
-    def forward(self, embeds: torch.Tensor, hidden: torch.Tensor, position_ids: torch.Tensor,
-                attention_mask: torch.Tensor | None = None, cache=None) -> torch.Tensor:
+    def forward(self, embeds: torch.Tensor, hidden: torch.Tensor, position_ids: torch.Tensor | None,
+                attention_mask: torch.Tensor | None = None, cache=None,
+                position_embeddings: tuple[torch.Tensor, torch.Tensor] | None = None) -> torch.Tensor:
         """The pre-norm output (batch, seq, H), which `logits` reads; with draft_hidden 'first_layer' the first
         layer's output follows it (batch, seq, 2H), and `next_hidden` picks what deeper levels take."""
-        rotary = self.rotary(hidden, position_ids)
+        rotary = position_embeddings or self.rotary(hidden, position_ids)
         first = out = self.midlayer(embeds, hidden, rotary, attention_mask, cache)
         for layer in self.layers:
             out = layer(out, attention_mask, cache=cache, position_embeddings=rotary)
@@ -151,7 +153,9 @@ class Eagle3Head(DraftHead):
 
     def logits(self, out: torch.Tensor) -> torch.Tensor:
         """Draft-vocabulary logits of head outputs."""
-        return self.lm_head(self.norm(out[..., : self.config.hidden_size]))
+        if out.shape[-1] != self.config.hidden_size:  # draft_hidden 'first_layer': the output, then the first layer's
+            out = out[..., : self.config.hidden_size]
+        return self.lm_head(self.norm(out))
 
     def draft_lm(self, target: Target) -> Callable[[torch.Tensor], torch.Tensor]:
         return self.logits

@@ -22,7 +22,7 @@ import torch
 from torch import nn
 from transformers import LlamaConfig
 from transformers.modeling_outputs import BaseModelOutputWithPast
-from transformers.models.llama.modeling_llama import LlamaDecoderLayer, LlamaRotaryEmbedding
+from transformers.models.llama.modeling_llama import LlamaDecoderLayer, LlamaRMSNorm, LlamaRotaryEmbedding
 
 from .costs import IDENTITY, Calibration
 from .models import Target
@@ -49,6 +49,7 @@ class DraftHead(nn.Module, ABC):
     kind: str
     config: LlamaConfig
     d2t: torch.Tensor | None
+    rotary: LlamaRotaryEmbedding
     # How often the target accepts a drafted token, by its draft probability (ddd/costs.py); measured by
     # `python -m ddd.bench.calibrate` and kept in config.json, else draft probabilities are taken at face value.
     calibration: Calibration = IDENTITY
@@ -90,10 +91,12 @@ class DraftHead(nn.Module, ABC):
         return target.model.get_input_embeddings()
 
     @abstractmethod
-    def forward(self, embeds: torch.Tensor, hidden: torch.Tensor, position_ids: torch.Tensor,
-                attention_mask: torch.Tensor | None = None, cache=None) -> torch.Tensor:
+    def forward(self, embeds: torch.Tensor, hidden: torch.Tensor, position_ids: torch.Tensor | None,
+                attention_mask: torch.Tensor | None = None, cache=None,
+                position_embeddings: tuple[torch.Tensor, torch.Tensor] | None = None) -> torch.Tensor:
         """One head step over (batch, seq) positions; `next_hidden` of the output is what deeper draft levels
-        take as hidden."""
+        take as hidden. `position_embeddings` (the rotary cos and sin of the positions) stand in for
+        `position_ids` where the caller has them already (ddd.drafting.HeadRunner keeps a table)."""
 
     def next_hidden(self, out: torch.Tensor) -> torch.Tensor:
         """The part of a step's output that the next draft level takes as its hidden state."""
@@ -154,18 +157,20 @@ class EagleHead(DraftHead):
         self.layer.input_layernorm = nn.Identity()
         self.rotary = LlamaRotaryEmbedding(config)
         self.register_buffer("d2t", d2t, persistent=False)
+        one_op_norms(self)
 
     def forward(
         self,
         embeds: torch.Tensor,
         features: torch.Tensor,
-        position_ids: torch.Tensor,
+        position_ids: torch.Tensor | None,
         attention_mask: torch.Tensor | None = None,
         cache=None,
+        position_embeddings: tuple[torch.Tensor, torch.Tensor] | None = None,
     ) -> torch.Tensor:
         """Predicted next features, (batch, seq, H), from token embeddings and the features one step behind."""
         hidden = self.fc(torch.cat((embeds, features), dim=-1))
-        rope = self.rotary(hidden, position_ids)
+        rope = position_embeddings or self.rotary(hidden, position_ids)
         return self.layer(
             hidden,
             attention_mask=attention_mask,
@@ -192,6 +197,27 @@ class EagleHead(DraftHead):
         if d2t is not None:
             d2t = draft_map(d2t, target.vocab_size, where)
         return cls(config, bias=bool(raw.get("bias", "fc.bias" in weights)), d2t=d2t)
+
+
+class RMSNorm(LlamaRMSNorm):
+    """LlamaRMSNorm, computed in float32 as torch's one `rms_norm` operation (the same bits as LlamaRMSNorm's eight:
+    a draft call runs three or four norms, and a GPU pays for every operation it launches); other dtypes take
+    LlamaRMSNorm's own steps, whose rounding between them the fused operation would not repeat."""
+
+    def forward(self, hidden_states: torch.Tensor) -> torch.Tensor:
+        if hidden_states.dtype == torch.float32 and self.weight.dtype == torch.float32:
+            return nn.functional.rms_norm(hidden_states, self.weight.shape, self.weight, self.variance_epsilon)
+        return super().forward(hidden_states)
+
+
+def one_op_norms(module: nn.Module) -> None:
+    """Every LlamaRMSNorm inside a head becomes an RMSNorm with the same weight (names and checkpoints unchanged)."""
+    for parent in list(module.modules()):
+        for name, child in list(parent.named_children()):
+            if type(child) is LlamaRMSNorm:
+                norm = RMSNorm(child.weight.shape[0], eps=child.variance_epsilon)
+                norm.weight = child.weight
+                setattr(parent, name, norm)
 
 
 def target_config_fields(target: Target) -> dict[str, Any]:

@@ -7,44 +7,53 @@ from functools import cached_property
 import torch
 
 
+def _flat(values: torch.Tensor, dtype: torch.dtype) -> torch.Tensor:
+    """`values` as a 1-D tensor of `dtype`, converted only where it is not one already (each conversion is an
+    operation a GPU launches)."""
+    values = values if values.dim() == 1 else values.reshape(-1)
+    return values if values.dtype == dtype else values.to(dtype)
+
+
 @dataclass
 class Pool:
-    """Every drafted candidate of one step, in drafting order (parents before children; 0 is the root)."""
+    """Every drafted candidate of one step, in drafting order (parents before children; 0 is the root), as one
+    chunk of 1-D tensors per level added."""
 
     tokens: list[torch.Tensor] = field(default_factory=list)
     parents: list[torch.Tensor] = field(default_factory=list)
-    depths: list[torch.Tensor] = field(default_factory=list)
     logprobs: list[torch.Tensor] = field(default_factory=list)
     scores: list[torch.Tensor] = field(default_factory=list)
     ranks: list[torch.Tensor] = field(default_factory=list)
+    depths: list[int] = field(default_factory=list)  # one a candidate, kept as numbers until `cat`
     size: int = 0
 
     @classmethod
     def with_root(cls, root_token: torch.Tensor) -> "Pool":
         pool = cls()
         zero = torch.zeros(1, device=root_token.device)
-        pool.add(root_token.view(1), torch.full((1,), -1, device=root_token.device), 0, zero, zero)
+        pool.add(root_token.view(1), torch.full((1,), -1, device=root_token.device), 0, zero, zero,
+                 torch.zeros(1, dtype=torch.long, device=root_token.device))
         return pool
 
-    def add(self, tokens, parents, depth: int, logprobs, scores, ranks=None) -> torch.Tensor:
-        """Append candidates; returns their pool indices."""
-        n = tokens.numel()
-        device = tokens.device
-        self.tokens.append(tokens.reshape(-1))
-        self.parents.append(parents.reshape(-1).long())
-        self.depths.append(torch.full((n,), depth, device=device, dtype=torch.long))
-        self.logprobs.append(logprobs.reshape(-1).float())
-        self.scores.append(scores.reshape(-1).float())
-        self.ranks.append(torch.zeros(n, dtype=torch.long, device=device) if ranks is None else ranks.reshape(-1))
-        index = torch.arange(self.size, self.size + n, device=device)
-        self.size += n
-        return index
+    def add(self, tokens, parents, depth: int, logprobs, scores, ranks) -> int:
+        """Append candidates (tensors of one shape, read in order); returns the pool index of the first."""
+        start = self.size
+        self.tokens.append(_flat(tokens, torch.long))
+        self.parents.append(_flat(parents, torch.long))
+        self.logprobs.append(_flat(logprobs, torch.float32))
+        self.scores.append(_flat(scores, torch.float32))
+        self.ranks.append(_flat(ranks, torch.long))
+        count = self.tokens[-1].numel()
+        self.depths += [depth] * count
+        self.size += count
+        return start
 
     def cat(self) -> dict[str, torch.Tensor]:
+        device = self.tokens[0].device
         return {
             "tokens": torch.cat(self.tokens),
             "parents": torch.cat(self.parents),
-            "depths": torch.cat(self.depths),
+            "depths": torch.tensor(self.depths, device=device),
             "logprobs": torch.cat(self.logprobs),
             "scores": torch.cat(self.scores),
             "ranks": torch.cat(self.ranks),
@@ -57,18 +66,16 @@ def pool_size(beam_width: int, calls: int) -> int:
     return 1 + (beam_width + (calls - 1) * beam_width**2 if calls else 0)
 
 
-def rerank(scores: torch.Tensor, depths: torch.Tensor, budget: int) -> torch.Tensor:
+def rerank(scores: torch.Tensor, budget: int) -> torch.Tensor:
     """Pool indices of the root plus the `budget - 1` best candidates by cumulative score, in pool order.
 
-    Scores only fall along a path, and exact ties go to the shallower node, so every kept node's parent
-    is kept too.
+    Scores only fall along a path, and exact ties go to the shallower node (the pool lists levels in order and
+    the sort is stable), so every kept node's parent is kept too.
     """
-    candidates = torch.arange(1, scores.numel(), device=scores.device)
-    if candidates.numel() > budget - 1:
-        by_depth = candidates[torch.sort(depths[1:], stable=True).indices]
-        by_score = by_depth[torch.sort(scores[by_depth], descending=True, stable=True).indices]
-        candidates = by_score[: budget - 1].sort().values
-    return torch.cat((candidates.new_zeros(1), candidates))
+    if scores.numel() <= budget:
+        return torch.arange(scores.numel(), device=scores.device)
+    best = torch.sort(scores[1:], descending=True, stable=True).indices[: budget - 1] + 1
+    return torch.cat((best.new_zeros(1), best.sort().values))
 
 
 @dataclass
@@ -82,11 +89,10 @@ class DraftTree:
 
     @classmethod
     def from_pool(cls, pool: dict[str, torch.Tensor], keep: torch.Tensor) -> "DraftTree":
-        remap = torch.full_like(pool["parents"], -1)
+        # One slot past the pool stays -1: the root's parent, -1, reads it.
+        remap = torch.full((pool["parents"].numel() + 1,), -1, dtype=torch.long, device=keep.device)
         remap[keep] = torch.arange(keep.numel(), device=keep.device)
-        parents = pool["parents"][keep]
-        tree_parents = torch.where(parents >= 0, remap[parents.clamp(min=0)], parents)
-        return cls(pool["tokens"][keep], tree_parents, pool["depths"][keep], keep)
+        return cls(pool["tokens"][keep], remap[pool["parents"][keep]], pool["depths"][keep], keep)
 
     def __len__(self) -> int:
         return self.tokens.numel()

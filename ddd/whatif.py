@@ -120,10 +120,8 @@ def ddd_depth(confidence: Sequence[float], threshold: float, max_calls: int,
 
 def kept_nodes(step: Step, calls: int, total_tokens: int) -> set[int]:
     """Pool indices a tree of `calls` draft calls and `total_tokens` verified tokens keeps (as rerank does)."""
-    nodes = [n for n in step.pool if n.depth <= calls]
-    scores = torch.tensor([n.score for n in nodes])
-    depths = torch.tensor([n.depth for n in nodes])
-    keep = rerank(scores, depths, total_tokens)
+    nodes = [n for n in step.pool if n.depth <= calls]  # in pool order: by level
+    keep = rerank(torch.tensor([n.score for n in nodes]), total_tokens)
     return {nodes[i].index for i in keep.tolist()}
 
 
@@ -265,7 +263,7 @@ def _add_level(pool: Pool, level: list[DraftNode], position: dict[int, int]) -> 
     added = pool.add(torch.tensor([n.token_id for n in level]), torch.tensor([position[n.parent] for n in level]),
                      level[0].depth, torch.tensor([n.logprob for n in level]), torch.tensor([n.score for n in level]),
                      torch.tensor([n.rank for n in level]))
-    position.update(zip((n.index for n in level), added.tolist()))
+    position.update(zip((n.index for n in level), range(added, added + len(level))))
 
 
 def cost_whatif(trace: RunTrace, costs: Mapping[str, Any] | None, *, max_draft_calls: int | None = None,

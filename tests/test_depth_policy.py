@@ -23,14 +23,14 @@ class CraftedRunner:
     def to_target_ids(self, ids):
         return ids
 
-    def begin_tree(self):
+    def begin_tree(self, slots):
         pass
 
     def end_tree(self):
         pass
 
-    def expand(self, tokens, features, depths, parent_slots):
-        return features, torch.arange(tokens.numel())
+    def expand(self, tokens, features, depth, parent_rows):
+        return features, 1
 
 
 def draft_calls(q, checks, threshold, max_calls=11):

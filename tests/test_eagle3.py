@@ -82,8 +82,8 @@ def test_the_runner_fuses_context_features_and_feeds_its_own_output_deeper(llama
         root = runner.extend(tokens, aux)
         whole = head(embed(tokens)[None], head.fuse(aux[None]), torch.arange(6)[None])
         assert torch.allclose(root, whole[0, -1], atol=1e-5)
-        runner.begin_tree()
-        child, _ = runner.expand(torch.tensor([11]), root[None], torch.tensor([1]), torch.tensor([-1]))
+        runner.begin_tree(1)
+        child, _ = runner.expand(torch.tensor([11]), root[None], 1, torch.tensor([0]))
         # Level two by hand: the child's hidden input is the root's pre-norm output, not fc of anything.
         hidden = torch.cat((head.fuse(aux[None]), root[None, None]), dim=1)
         by_hand = head(embed(torch.cat((tokens, torch.tensor([11])))[None]), hidden, torch.arange(7)[None])[0, -1]

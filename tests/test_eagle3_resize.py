@@ -95,8 +95,8 @@ def test_the_runner_feeds_deeper_levels_the_first_layers_output_when_the_head_sa
     tokens, aux = torch.arange(3, 9), torch.randn(6, head.feature_size)
     with torch.inference_mode():
         root = runner.extend(tokens, aux)
-        runner.begin_tree()
-        child, _ = runner.expand(torch.tensor([11]), root[None], torch.tensor([1]), torch.tensor([-1]))
+        runner.begin_tree(1)
+        child, _ = runner.expand(torch.tensor([11]), root[None], 1, torch.tensor([0]))
         hidden = torch.cat((head.fuse(aux[None]), head.next_hidden(root)[None, None]), dim=1)
         by_hand = head(embed(torch.cat((tokens, torch.tensor([11])))[None]), hidden, torch.arange(7)[None])[0, -1]
         runner.end_tree()

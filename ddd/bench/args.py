@@ -67,6 +67,9 @@ def build_parser(description: str) -> argparse.ArgumentParser:
                         help="precision of target and head (int8: CPU only)")
     parser.add_argument("--device", default="cpu", help="cpu, cuda, cuda:1, ...")
     parser.add_argument("--threads", type=_positive_int, default=None, help="torch CPU threads (default: torch's)")
+    parser.add_argument("--count-ops", action="store_true",
+                        help="count the operations each step dispatches (ddd/ops.py) and add their table; counting "
+                             "slows every step, so such a run's speeds are not the method's")
     parser.add_argument("--sweep", default=None, metavar="METHOD.SETTING=V1,V2,...",
                         help="run METHOD once per value (plus plain) and tabulate speed and tau against it")
     parser.add_argument("overrides", nargs="*", metavar="METHOD.SETTING=VALUE", help="method setting overrides")

@@ -52,9 +52,11 @@ def _sync(target) -> float:
     return time.perf_counter()
 
 
-def run_ours(target, head, spec: RunSpec, prompt: str, max_new_tokens: int, sampling) -> dict[str, Any]:
+def run_ours(target, head, spec: RunSpec, prompt: str, max_new_tokens: int, sampling,
+             count_ops: bool = False) -> dict[str, Any]:
     run = generate(target, head if spec.method != "plain" else None, prompt, spec.method,
-                   max_new_tokens=max_new_tokens, sampling=sampling, record=False, **spec.overrides)
+                   max_new_tokens=max_new_tokens, sampling=sampling, record=False, count_ops=count_ops,
+                   **spec.overrides)
     for _ in run:
         pass
     priced = [s.costs for s in run.trace.steps if s.costs is not None]  # the cost rule's, as it ended
@@ -106,9 +108,10 @@ def run_peer(target, spec: RunSpec, prompt_ids: list[int], max_new_tokens: int, 
             "token_ids": new, "text": target.tokenizer.decode(new, skip_special_tokens=True), "stop_reason": stop}
 
 
-def run_one(target, head, spec: RunSpec, question: dict[str, Any], max_new_tokens: int, sampling) -> dict[str, Any]:
+def run_one(target, head, spec: RunSpec, question: dict[str, Any], max_new_tokens: int, sampling,
+            count_ops: bool = False) -> dict[str, Any]:
     if spec.ours:
-        return run_ours(target, head, spec, question["prompt"], max_new_tokens, sampling)
+        return run_ours(target, head, spec, question["prompt"], max_new_tokens, sampling, count_ops)
     return run_peer(target, spec, question["prompt_ids"], max_new_tokens, sampling)
 
 
@@ -204,7 +207,7 @@ def benchmark(args, specs: list[RunSpec], questions: list[dict[str, Any]]) -> di
                 for _ in range(args.repeats):
                     for spec in rotated(specs, k):
                         bar.set_postfix_str(f"{q['question_id']} {spec.label}", refresh=False)
-                        result = run_one(target, head, spec, q, args.max_new_tokens, sampling)
+                        result = run_one(target, head, spec, q, args.max_new_tokens, sampling, args.count_ops)
                         runs.setdefault((q["question_id"], spec.label), []).append(result)
                         bar.update()
                     k += 1

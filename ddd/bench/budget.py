@@ -26,12 +26,14 @@ from functools import partial
 import torch
 from transformers import DynamicCache
 
+from ddd import metrics
 from ddd.catalog import resolve_head
 from ddd.cli import model_arguments
 from ddd.costs import StepCosts, fit_verify, steps_of
 from ddd.engine import encode_prompt, generate
 from ddd.head import DraftHead, HeadLoadError
 from ddd.numbers import readable
+from ddd.ops import PHASES
 from ddd.models import ModelLoadError, Target, load_target
 from ddd.settings import (BEAM_WIDTH, COST_SETTINGS, DRAFT_CALLS, TOTAL_TOKENS, DDDSettings, Eagle2Settings,
                           SettingsError, add_argument, argument_type)
@@ -97,6 +99,30 @@ class Candidate:
 
 
 @dataclass
+class OpCount:
+    """Operations a method dispatched (ddd/ops.py) decoding a calibration prompt: per generated token, per decode
+    step and per draft call, and a step's drafting, verification and the rest."""
+
+    method: str
+    per_token: float
+    per_step: float
+    per_draft_call: float | None
+    draft: float
+    verify: float
+    other: float
+
+
+def count_ops(target: Target, head: DraftHead | None, method: str, settings: dict, prompt: str,
+              new_tokens: int) -> OpCount:
+    run = generate(target, head, prompt, method, max_new_tokens=new_tokens, record=False, count_ops=True, **settings)
+    counts = metrics.counts_from_steps(list(run))
+    figures = metrics.op_figures(counts)
+    steps = counts["decode_steps"]
+    return OpCount(method, figures["ops_per_token"], figures["ops_per_step"], figures["ops_per_draft_call"],
+                   *(counts[f"ops_{phase}"] / steps for phase in PHASES))
+
+
+@dataclass
 class BudgetReport:
     costs: Costs
     calibration_steps: int
@@ -104,6 +130,7 @@ class BudgetReport:
     eagle2: Eagle2Settings
     ddd: DDDSettings
     candidates: list[Candidate] = field(default_factory=list)
+    ops: list[OpCount] = field(default_factory=list)  # plain, then the picked EAGLE-2 and DDD settings
 
     def best(self, method: str, **where) -> Candidate:
         """The fastest candidate of `method` among those whose settings match `where` (e.g. total_tokens=8)."""
@@ -230,8 +257,11 @@ def auto_budget(target: Target, head: DraftHead, *, prompts: tuple[str, ...] = C
     candidates = plan(steps, costs, beam_width, max_calls, max_tokens)
     best_e2 = max((c for c in candidates if c.method == "eagle2"), key=lambda c: c.speedup)
     best_ddd = max((c for c in candidates if c.method == "ddd"), key=lambda c: c.speedup)
+    # Counted apart from the timed runs: counting slows every operation.
+    ops = [count_ops(target, head if method != "plain" else None, method, settings, prompts[0], new_tokens)
+           for method, settings in (("plain", {}), ("eagle2", best_e2.settings), ("ddd", best_ddd.settings))]
     return BudgetReport(costs, len(steps), beam_width, Eagle2Settings(**best_e2.settings),
-                        DDDSettings(**best_ddd.settings), candidates)
+                        DDDSettings(**best_ddd.settings), candidates, ops)
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -277,6 +307,13 @@ def _report(args) -> int:
         for cand in ranked[: args.show]:
             shown = " ".join(f"{k}={v}" for k, v in cand.settings.items())
             print(f"  {cand.speedup:5.2f}x  tau {cand.tau:4.2f}  {cand.step_ms:6.1f} ms  {shown}")
+    print("\noperations dispatched, the same on any machine (the picks below, on the first calibration prompt):")
+    plain = report.ops[0]
+    for count in report.ops:
+        call = f", {count.per_draft_call:.0f} a draft call" if count.per_draft_call else ""
+        print(f"  {count.method}: {count.per_token:.0f} a token ({count.per_token / plain.per_token:.2f}x plain), "
+              f"{count.per_step:.0f} a step: drafting {count.draft:.0f}{call}, verification {count.verify:.0f}, "
+              f"the rest {count.other:.0f}")
     print("\nbest, as settings:")
     for method in ("eagle2", "ddd"):
         print(f"  {method}: " + " ".join(f"--set {k}={v}" for k, v in report.best(method).settings.items()))

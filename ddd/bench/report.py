@@ -29,6 +29,10 @@ def _fmt(value: Any, kind: str = "f2") -> str:
     return f"{value:.2f}"
 
 
+def _ratio(value: float | None, reference: float | None) -> str:
+    return _fmt(value / reference, "x") if value is not None and reference else ""
+
+
 OVERALL_COLUMNS = (
     ("tokens/s", "tokens_per_s", "f2"), ("speedup", "speedup", "x"), ("tau", "tau", "f2"),
     ("mean draft depth", "mean_draft_depth", "f2"), ("acceptance %", "acceptance_rate", "pct"),
@@ -68,6 +72,19 @@ def tables(report: dict[str, Any]) -> list[tuple[str, list[str], list[list[str]]
                     ["method", *[CHAIN_END_LABELS[r] for r in CHAIN_ENDS]],
                     [[label, *[_fmt(report["overall"][label].get(f"chain_end_{r}_share"), "pct") for r in CHAIN_ENDS]]
                      for label in ended]))
+    counted = [label for label in labels if report["overall"][label].get("ops_per_token") is not None]
+    if counted:
+        plain = report["overall"].get("plain", {})
+        per_token, per_step = plain.get("ops_per_token"), plain.get("ops_per_step")
+        out.append(("Operations dispatched (ddd/ops.py; the same on any machine): per generated token and per decode "
+                    "step, pooled over steps; a step's drafting per draft call; the rest of a step (the target's "
+                    "forward over the tree, acceptance, cache, record) against a plain step",
+                    ["method", "ops per token", "vs plain", "ops per step", "per draft call", "rest per step",
+                     "rest vs a plain step"],
+                    [[label, _fmt(o["ops_per_token"], "int"), _ratio(o["ops_per_token"], per_token),
+                      _fmt(o["ops_per_step"], "int"), _fmt(o["ops_per_draft_call"], "f1"),
+                      _fmt(o["ops_rest_per_step"], "int"), _ratio(o["ops_rest_per_step"], per_step)]
+                     for label in counted for o in [report["overall"][label]]]))
     spread = {label: report["overall"][label].get("depth_shares") for label in labels}
     spread = {label: shares for label, shares in spread.items() if shares}
     if spread:
@@ -115,7 +132,8 @@ def setting_lines(report: dict[str, Any]) -> list[str]:
         f"model: {s.get('model')}; head: {s.get('head')}; precision: {m.get('precision')}; device: {m.get('device')}"
         + (f" ({m['gpu']})" if m.get("gpu") else ""),
         f"max_new_tokens: {s['max_new_tokens']}; repeats: {s['repeats']}; "
-        f"temperature: {s['sampling']['temperature']} (seed {s['sampling']['seed']})",
+        + ("operations counted (speeds slowed by counting); " if s.get("count_ops") else "")
+        + f"temperature: {s['sampling']['temperature']} (seed {s['sampling']['seed']})",
         f"machine: {m.get('cpu_model')} ({m.get('cpu_count')} CPUs, torch threads {m.get('torch_threads')}, "
         f"load average at start {m.get('load_average_at_start')}); torch {m.get('torch')}, "
         f"transformers {m.get('transformers')}; {m.get('platform')}",
