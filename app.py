@@ -15,6 +15,7 @@ import os
 os.environ.setdefault("OMP_WAIT_POLICY", "PASSIVE")
 
 import argparse  # noqa: E402 - after the OpenMP setting, as every import below
+from dataclasses import replace  # noqa: E402
 from pathlib import Path  # noqa: E402
 
 import gradio as gr  # noqa: E402
@@ -24,7 +25,7 @@ from components.views import CSS
 from ddd.catalog import PAIRS
 from ddd.settings import PRECISIONS
 from ddd.shipped import shipped
-from explorer.deploy import export_space_cli
+from explorer.deploy import export_space_cli, space_race
 from explorer.examples import ExampleShelf, record_examples
 from explorer.models import CPU_PRECISION, ModelChoice, ModelConfig, Models
 from explorer.page import build_page
@@ -54,20 +55,31 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     return parser.parse_args(argv)
 
 
+def zero_gpu_models(config: ModelConfig) -> tuple[Models, list[ModelChoice]]:
+    """A ZeroGPU Space's models, loaded now (nothing can load later there, so the menu offers what loads now:
+    explorer.choosing), and the pairs it holds beside its own. It opens on the pair the GPU projection picks
+    (explorer.deploy.space_race), unless the command line names one."""
+    if config.model is None:
+        first = space_race().projection.pair
+        config = replace(config, model=first.model, head=first.head)
+    models = Models(config)
+    others = [ModelChoice(p.model, p.head) for p in PAIRS if (p.model, p.head) != (config.model, config.head)]
+    models.pin(others)
+    return models, others
+
+
 def main(argv: list[str] | None = None) -> None:
     args = parse_args(argv)
     if args.export_space:
         raise SystemExit(export_space_cli(*args.export_space))
-    models = Models(ModelConfig(args.model or None, args.head or None, args.device, args.dtype))
+    config = ModelConfig(args.model or None, args.head or None, args.device, args.dtype)
     if args.record_examples:
-        record_examples(models, EXAMPLES_DIR)
+        record_examples(Models(config), EXAMPLES_DIR)
         return
-    if zero_gpu():  # nothing can load later there, so the menu offers what loads now (explorer.choosing)
-        models.pin([ModelChoice(p.model, p.head) for p in PAIRS if p.gpu_only])
+    models, others = zero_gpu_models(config) if zero_gpu() else (Models(config), [])
     page = build_page(models, ExampleShelf(EXAMPLES_DIR))
     if page.runner.gpu is not None:  # on ZeroGPU: a visitor's race asks for what it will take (explorer.gputime)
-        time_start_up(models, page.runner.race, page.runner.measure, page.runner.gpu,
-                      [None, *(ModelChoice(p.model, p.head) for p in PAIRS if p.gpu_only)])
+        time_start_up(models, page.runner.race, page.runner.measure, page.runner.gpu, [None, *others])
     page.demo.launch(server_name=args.host, server_port=args.port, css=CSS, allowed_paths=[str(EXAMPLES_DIR)],
                      max_file_size=LIMITS.file_bytes, theme=gr.themes.Soft(**THEME))
 

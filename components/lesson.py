@@ -11,12 +11,13 @@ from __future__ import annotations
 import math
 import statistics
 from collections import Counter
-from collections.abc import Iterable, Sequence
+from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass
 from typing import Any
 
 import plotly.graph_objects as go
 
+from ddd.costs import StepCosts
 from ddd.numbers import readable
 from ddd.trace import RunTrace, Step
 from ddd.whatif import ddd_whatif, own_costs
@@ -28,7 +29,6 @@ from .tokens import markdown_literal, quoted
 from .tree import tree_figure
 from .verdict import SMALLEST_CALLED, decode_tokens_per_s, speed_ratio, too_close, verdict
 from .views import source_name
-from .whatif import GPU_COSTS
 
 # The race the lesson reads: plain decoding, EAGLE's static tree, EAGLE-2, DDD and the cost rule on one prompt.
 LESSON_METHODS = ("plain", "eagle", "eagle2", "ddd", "cost")
@@ -37,6 +37,11 @@ TITLES = ("Why plain decoding is slow", "Draft and verify", "Trees: more guesses
           "The cost rule: tokens per unit of time", "Measuring honestly")
 FIGURE_HEIGHT = 440
 THRESHOLD_STEP = 0.05  # the what-if panel's threshold slider steps by this much
+
+
+# A run's pair's costs on ZeroGPU's GPU, in plain steps (None: not projected): ddd.bench.projection.zerogpu_costs,
+# passed in by the app and the export, since the views compute nothing of a model.
+GpuCosts = Callable[[RunTrace], StepCosts | None]
 
 
 class LessonError(ValueError):
@@ -97,8 +102,9 @@ def lesson_race(races: Iterable[tuple[str, Race]]) -> tuple[str, Race] | None:
     return next(((key, race) for key, race in races if all(m in race.traces for m in LESSON_METHODS)), None)
 
 
-def build_lesson(race: Race, example: str) -> Lesson:
-    """The seven chapters of `race` (the shipped example `example`)."""
+def build_lesson(race: Race, example: str, gpu: StepCosts | None) -> Lesson:
+    """The seven chapters of `race` (the shipped example `example`); `gpu`: the cost rule's costs for the race's pair
+    on ZeroGPU's GPU as the GPU projection has them (None: the projection lacks the pair)."""
     missing = [METHOD_LABELS[m] for m in LESSON_METHODS if not _decode(race.get(m))]
     if missing:
         needed = ", ".join(METHOD_LABELS[m] for m in LESSON_METHODS)
@@ -113,7 +119,7 @@ def build_lesson(race: Race, example: str) -> Lesson:
              f"says why. Every figure and number comes from one recorded race: the model "
              f"{markdown_literal(source_name(plain.model))} ({markdown_literal(plain.precision)} on "
              f"{markdown_literal(plain.device)}) answering “{markdown_literal(race.prompt)}” five ways.")
-    chapters = (_slow(race), _draft_verify(race), _trees(race, speeds), _eagle2(race), _ddd(race), _cost(race),
+    chapters = (_slow(race), _draft_verify(race), _trees(race, speeds), _eagle2(race), _ddd(race), _cost(race, gpu),
                 _honest(race, result, example))
     return Lesson(f"Lesson: how speculative decoding works ({markdown_literal(race.title or example)})",
                   intro, chapters)
@@ -296,7 +302,7 @@ def _ddd(race: Race) -> Chapter:
     return Chapter(5, TITLES[4], text, depth_figure(race, current=step.index, height=FIGURE_HEIGHT + 80), question)
 
 
-def _cost(race: Race) -> Chapter:
+def _cost(race: Race, gpu_costs: StepCosts | None) -> Chapter:
     cost = race.traces["cost"]
     steps = [s for s in _decode(cost) if s.checks]
     # The question: the first weighing of the step that weighed most often.
@@ -308,7 +314,14 @@ def _cost(race: Race) -> Chapter:
     rate = (expected + 1) / time
     deeper = (expected + gain + 1) / (time + extra)
     verified = check.verified or 1
-    cpu, gpu = costs.time(check.call, verified), GPU_COSTS.time(check.call, verified)
+    cpu = costs.time(check.call, verified)
+    on_gpu = (f"T = {cpu:.2f} plain steps at this race's costs, but {gpu_costs.time(check.call, verified):.2f} on "
+              f"ZeroGPU's GPU as the project's GPU projection prices this pair (a draft call "
+              f"{readable(gpu_costs.draft_cost)}, a tree forward {readable(gpu_costs.verify_base)} more than a "
+              f"one-token one, each verified token {readable(gpu_costs.verify_cost)}: projected, not measured)"
+              if gpu_costs else
+              f"T = {cpu:.2f} plain steps at this race's costs; on a GPU a large model verifies tens of tokens for "
+              "about the price of one")
     text = (f"DDD's threshold is a number someone chose. The **cost rule** asks instead what a deeper tree is worth "
             f"on this machine. **E** is the number of draft tokens a tree is expected to get accepted (the sum of "
             f"its candidates' calibrated acceptance chances); **T** is the step's time counted in plain steps: 1 for "
@@ -318,11 +331,8 @@ def _cost(race: Race) -> Chapter:
             f"**(E + 1) / T** tokens per plain step, and one more level that adds dE tokens for dT time raises the "
             f"rate exactly when **dE / dT > (E + 1) / T**.\n\n"
             f"The prices decide the tree. After {_n(check.call, 'draft call')} of step {step.index} (figure) the best "
-            f"tree verified {_n(verified, 'token')}: T = {cpu:.2f} plain steps at this race's costs, but {gpu:.2f} at "
-            f"a GPU's (a draft call {readable(GPU_COSTS.draft_cost)}, a tree forward {readable(GPU_COSTS.verify_base)} "
-            f"more than a one-token one, each verified token {readable(GPU_COSTS.verify_cost)}: assumed, not measured "
-            "here). Where verifying is nearly free, larger and deeper trees pay; where it costs, the rule keeps them "
-            "small.")
+            f"tree verified {_n(verified, 'token')}: {on_gpu}. Where verifying is nearly free, larger and deeper trees "
+            "pay; where it costs, the rule keeps them small.")
     drafts = deeper > rate if extra <= 0 else gain / extra > rate
     choices = ("Yes: it drafts another level", "No: it stops and verifies")
     sign = ">" if drafts else "≤"

@@ -8,7 +8,7 @@ reply rendered here, so the page's script composes no text. A chapter is reached
 from __future__ import annotations
 
 from .embed import figure_json, markdown_html, script_json
-from .lesson import Lesson, build_lesson, lesson_race
+from .lesson import GpuCosts, Lesson, build_lesson, lesson_race
 from .race import Race
 from .tokens import escape
 
@@ -57,13 +57,14 @@ def lesson_html(lesson: Lesson, *, plotly_src: str | None = None, plotly_js: str
     return page
 
 
-def static_lesson(races: list[tuple[str, Race]], plotly_src: str) -> str | None:
+def static_lesson(races: list[tuple[str, Race]], plotly_src: str, gpu: GpuCosts) -> str | None:
     """lesson.html for the static page, beside its index.html and plotly (`plotly_src`): the lesson of the first of
-    `races` (key, race) that holds every method the lesson reads; None without one."""
+    `races` (key, race) that holds every method the lesson reads, priced on a GPU by `gpu`; None without one."""
     found = lesson_race(races)
     if found is None:
         return None
-    return lesson_html(build_lesson(found[1], found[0]), plotly_src=plotly_src, back="index.html")
+    lesson = build_lesson(found[1], found[0], gpu(found[1].traces["cost"]))
+    return lesson_html(lesson, plotly_src=plotly_src, back="index.html")
 
 
 # The page, here rather than beside the static player: an exported app Space carries the modules the app imports and

@@ -20,8 +20,8 @@ from ddd.costs import Calibration, CalibrationError
 from ddd.settings import (COST_SETTINGS, METHOD_DECLARATIONS, PRECISIONS, SAMPLING_SETTINGS, Sampling, Setting,
                           SettingsError, current_names, parse_settings)
 from ddd.metrics import summarize
-from ddd.ops import StepOps
-from ddd.trace import CHAIN_ENDS, SCHEMA_VERSION, STATUSES, CostsUsed, DepthCheck, DraftNode, RunTrace, Step
+from ddd.trace import (CHAIN_ENDS, SCHEMA_VERSION, STATUSES, CostsUsed, DepthCheck, DraftNode, RunTrace, Step,
+                       StepOps)
 
 from .race import METHOD_LABELS, RACE_FORMAT, RACE_VERSION, Race, RaceFileError
 from .runcheck import check_race, check_run

@@ -27,6 +27,7 @@ from .about import about_markdown
 from .answer import LEGEND, answer_html, counters_html
 from .charts import METHOD_COLORS, SUMMARY_HEADERS, summary_rows, timeline_figure
 from .embed import figure_json, markdown_html, script_json
+from .lesson import GpuCosts
 from .lesson_page import LESSON_FILE, LESSON_LINK, static_lesson
 from .race import (COLUMN_METHODS, COST_METHOD, DROPPED_SHOWN, METHOD_LABELS, RACE_FORMAT, RACE_METHODS, RACE_VERSION,
                    TREE_METHODS, Race)
@@ -184,12 +185,12 @@ def page_html(races: list[tuple[str, Race]], lesson: bool = False) -> str:
     return template
 
 
-def write_static_page(folder: Path, paths: list[Path]) -> list[Path]:
-    """index.html replaying the races in `paths`, plotly.js beside it and the lesson (lesson.html) where a race holds
-    what it reads; returns the files written."""
+def write_static_page(folder: Path, paths: list[Path], gpu: GpuCosts) -> list[Path]:
+    """index.html replaying the races in `paths`, plotly.js beside it and the lesson (lesson.html, its race's pair
+    priced on a GPU by `gpu`) where a race holds what it reads; returns the files written."""
     races = [(path.stem, load_race(path)) for path in paths]  # in the app's order: by file name
     folder.mkdir(parents=True, exist_ok=True)
-    lesson = static_lesson(races, PLOTLY_JS)
+    lesson = static_lesson(races, PLOTLY_JS, gpu)
     index = folder / "index.html"
     index.write_text(page_html(races, lesson is not None), encoding="utf-8")
     plotly_js = folder / PLOTLY_JS

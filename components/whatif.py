@@ -8,7 +8,6 @@ from typing import Any
 
 import plotly.graph_objects as go
 
-from ddd.costs import StepCosts
 from ddd.numbers import readable
 from ddd.trace import RunTrace
 from ddd.whatif import WhatIf
@@ -19,9 +18,6 @@ from .race import METHOD_LABELS
 from .tokens import plot_text, visible
 
 TITLE = "What if"
-# Assumed, not measured here: on a GPU a 7B target verifies tens of tokens for about the price of one, and a draft
-# call costs a few percent of its forward.
-GPU_COSTS = StepCosts(draft_cost=0.05, verify_base=0.0, verify_cost=0.002)
 RULE_COLORS = {"ddd": METHOD_COLORS["ddd"], "cost": "#ea580c"}
 RULE_SYMBOLS = {"ddd": "circle", "cost": "diamond"}
 RECORDED_COLOR = "#64748b"

@@ -20,11 +20,11 @@ from .costs import LADDER, CostMeter, StepCosts, meter_for
 from .drafting import Draft, Drafter, DynamicTreeDrafter, HeadRunner, StaticTreeDrafter
 from .head import DraftHead
 from .models import Target
-from .ops import OpCounter, StepOps
+from .ops import OpCounter
 from .settings import (MAX_NEW_TOKENS, SETTINGS_CLASSES, Sampling, SettingsError, check_method, method_settings,
                        settings_dict)
 from .metrics import summarize
-from .trace import DraftNode, RunTrace, Step
+from .trace import DraftNode, RunTrace, Step, StepOps
 from .tree import DraftTree, Pool
 
 

@@ -13,8 +13,7 @@ from collections import Counter
 from collections.abc import Iterable, Mapping, Sequence
 from typing import Any
 
-from .ops import PHASES
-from .trace import CHAIN_ENDS, Step
+from .trace import CHAIN_ENDS, PHASES, Step
 
 # Sums that make up a run's counts; None marks a quantity the decoder cannot report (e.g. draft time of
 # a transformers peer), and stays None when pooled with anything.

@@ -2,32 +2,15 @@
 
 On a GPU, a small target's forward at batch 1 is bound by launching its operations (a few microseconds
 each), not by reading its weights, so the number of operations a method dispatches per generated token
-is what decides its speed there (docs/results.md, "Operations per token"). The counter sees every aten
-operation below autograd, views included, exactly as a `TorchDispatchMode` is handed them.
+is what decides its speed there (docs/algorithms.md, "Operations"). The counter sees every aten operation
+below autograd, views included, exactly as a `TorchDispatchMode` is handed them; a step records them as
+`ddd.trace.StepOps`.
 """
 from __future__ import annotations
 
 from collections import Counter
-from dataclasses import dataclass
 
 from torch.utils._python_dispatch import TorchDispatchMode
-
-PHASES = ("draft", "verify", "other")  # a step's parts, as its timings split it (ddd/trace.py Step)
-
-
-@dataclass
-class StepOps:
-    """The operations one step dispatched: drafting (the head's calls and the tree's scores), verification
-    (the target's forward over the tree and the acceptance walk), and the rest (the KV cache kept, the
-    step's record, the text)."""
-
-    draft: int = 0
-    verify: int = 0
-    other: int = 0
-
-    @property
-    def total(self) -> int:
-        return self.draft + self.verify + self.other
 
 
 class OpCounter(TorchDispatchMode):

@@ -10,7 +10,6 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
 
-from .ops import StepOps
 from .settings import current_names
 
 SCHEMA_VERSION = 1
@@ -70,6 +69,24 @@ class CostsUsed:
     measured: bool
     step_ms: float | None = None  # what the fixed part of a step (a plain step) took here, where measured
     retimed: bool = False  # the step verified a size the meter had not timed lately, not its best tree
+
+
+PHASES = ("draft", "verify", "other")  # a step's parts, as its timings split it
+
+
+@dataclass
+class StepOps:
+    """The operations one step dispatched (ddd/ops.py): drafting (the head's calls and the tree's scores),
+    verification (the target's forward over the tree and the acceptance walk), and the rest (the KV cache kept,
+    the step's record, the text)."""
+
+    draft: int = 0
+    verify: int = 0
+    other: int = 0
+
+    @property
+    def total(self) -> int:
+        return self.draft + self.verify + self.other
 
 
 @dataclass

@@ -30,9 +30,11 @@ import yaml
 from packaging.requirements import Requirement
 
 from components.static_page import PLAYER, write_static_page
-from ddd.catalog import HEADROOM, PAIRS, ModelPair, parameter_count
+from ddd.bench.projection import ZEROGPU, project, zerogpu_costs
+from ddd.catalog import HEADROOM, PAIRS, ModelPair, parameter_count, target_size
 from ddd.models import DEFAULT_HUB_ID
 
+from .gputime import XLARGE_BYTES, SpaceRace, call_start_s, shows_effect
 from .models import ZERO_GPU_BYTES
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -62,18 +64,6 @@ print(json.dumps(sorted(files)))
 """
 
 
-# The targets' sizes, from their config.json (the export reads nothing from the hub): what decides, as Models.pin does
-# at start-up, which pairs a ZeroGPU Space offers, and so what it downloads at build time and how much disk they take.
-_LLAMA3_8B = dict(hidden_size=4096, intermediate_size=14336, num_hidden_layers=32, num_attention_heads=32,
-                  num_key_value_heads=8, vocab_size=128256)
-TARGET_SIZES = {
-    DEFAULT_HUB_ID: dict(hidden_size=576, intermediate_size=1536, num_hidden_layers=30, num_attention_heads=9,
-                         num_key_value_heads=3, vocab_size=49152, tie_word_embeddings=True),
-    "lmsys/vicuna-7b-v1.3": dict(hidden_size=4096, intermediate_size=11008, num_hidden_layers=32,
-                                 num_attention_heads=32, num_key_value_heads=32, vocab_size=32000),
-    "meta-llama/Meta-Llama-3-8B-Instruct": _LLAMA3_8B,
-    "meta-llama/Llama-3.1-8B-Instruct": _LLAMA3_8B,
-}
 # The files a load reads, where a repository holds more (the Llama repositories keep a second copy of the weights
 # in original/, another 16 GB); the others are downloaded whole. Loading goes through the hub cache, where the
 # build puts these.
@@ -86,7 +76,6 @@ TARGET_FILES = {
     "meta-llama/Meta-Llama-3-8B-Instruct": _LLAMA3_FILES,
     "meta-llama/Llama-3.1-8B-Instruct": _LLAMA3_FILES,
 }
-GATED = ("meta-llama/",)  # their pairs need an HF_TOKEN secret that may read them
 # Start-up budget per pair, assumed rather than measured (no ZeroGPU here): the weights read from the Space's disk at
 # a pessimistic 100 MB/s, then two short races and the measured preset (explorer.racing.time_start_up), 3 minutes;
 # twice that, for a slow start, and at least ZeroGPU's default of 30 minutes.
@@ -115,21 +104,44 @@ class SpacePair:
 def pair_bytes(pair: ModelPair) -> int:
     """A pair's 16-bit weights: the target's parameters as ddd.catalog counts them, and for its head (EAGLE's) one
     decoder layer of the target and the layer that feeds it."""
-    config = SimpleNamespace(**TARGET_SIZES[pair.model or DEFAULT_HUB_ID])
+    config = target_size(pair)
     layer = parameter_count(SimpleNamespace(**{**vars(config), "num_hidden_layers": 1, "vocab_size": 0}))
     return (parameter_count(config) + layer + 2 * config.hidden_size ** 2) * 2
 
 
-def space_pairs() -> list[SpacePair]:
-    """The pairs a ZeroGPU Space offers: the default, then each papers' pair that fits ZERO_GPU_BYTES beside those
-    before it, by the same estimate Models.pin makes (ddd.catalog.needed_bytes)."""
-    chosen: list[SpacePair] = []
-    for pair in PAIRS:
-        nbytes = pair_bytes(pair)
-        if pair.gpu_only and nbytes * HEADROOM > ZERO_GPU_BYTES - sum(p.nbytes for p in chosen):
-            continue  # the default always loads
-        chosen.append(SpacePair(pair.label, pair.model or DEFAULT_HUB_ID, pair.head, nbytes))
+def fitting(first: ModelPair) -> list[tuple[ModelPair, SpacePair]]:
+    """The pairs a ZeroGPU Space that races `first` first offers: `first`, then each of the catalog's other pairs that
+    fits ZERO_GPU_BYTES beside those before it, by the same estimate Models.pin makes (ddd.catalog.needed_bytes), and
+    keeps the weights under XLARGE_BYTES (the size whose duration factor the Space's asks count with); the default
+    pair always loads."""
+    chosen: list[tuple[ModelPair, SpacePair]] = []
+    for pair in [first, *(p for p in PAIRS if p is not first)]:
+        nbytes, held = pair_bytes(pair), sum(s.nbytes for _, s in chosen)
+        if chosen and pair.gpu_only and (nbytes * HEADROOM > ZERO_GPU_BYTES - held or held + nbytes > XLARGE_BYTES):
+            continue
+        chosen.append((pair, SpacePair(pair.label, pair.model or DEFAULT_HUB_ID, pair.head, nbytes)))
     return chosen
+
+
+@lru_cache(maxsize=1)
+def space_race() -> SpaceRace:
+    """The race a ZeroGPU Space opens on: the first pair of the catalog, not gated (a Space without a token loads
+    it), whose GPU projection on ZeroGPU's card shows the papers' effect, with SPACE_RACES default races a day for a
+    visitor who is not logged in (docs/results.md, "GPU projection")."""
+    for pair in (p for p in PAIRS if not p.gated):
+        projection = project(pair, ZEROGPU)
+        if not shows_effect(projection):
+            continue
+        start = call_start_s(sum(s.nbytes for _, s in fitting(pair)))
+        race = SpaceRace.of(projection, start)
+        if race.tokens:
+            return race
+    raise ExportError("No pair of ddd.catalog.PAIRS shows the papers' effect within a visitor's ZeroGPU quota.")
+
+
+def space_pairs() -> list[SpacePair]:
+    """The pairs a ZeroGPU Space offers, the one it races first first."""
+    return [space for _, space in fitting(space_race().projection.pair)]
 
 
 def start_up_timeout(pairs: list[SpacePair]) -> str:
@@ -285,36 +297,37 @@ def readme(kind: Kind) -> str:
             "app that you load from your disk. Nothing runs a model here; the page needs no server and no "
             "network and also works opened from disk.",
         ]
+    elif kind.name == "zerogpu":
+        pairs, race = space_pairs(), space_race()
+        body += [
+            f"The page opens on a recorded race; **Run the race** races your prompt. {race.words()}",
+            "",
+            "On ZeroGPU the models load once, at start-up, in float16, and the model menu offers exactly those: "
+            "that pair, then each of the others (SmolLM2-135M-Instruct with the draft head in `assets/head`, the quick "
+            "one; the papers' 7-8B targets with their EAGLE heads) that fits the "
+            f"GPU's {ZERO_GPU_BYTES // 10**9} GB beside the pairs before it. The build downloads them "
+            "(`preload_from_hub`), so a start reads them from the Space's disk:",
+            "",
+            "| pair | disk | start-up (assumed) |",
+            "|---|---|---|",
+            *(f"| {p.label} | {p.nbytes / 1e9:.1f} GB | {p.start_up_s() / 60:.0f} min |" for p in pairs),
+            "",
+            f"{sum(p.nbytes for p in pairs) / 1e9:.0f} GB in all, of the Space's 50 GB disk; the start-up limit "
+            f"(`startup_duration_timeout`) is {start_up_timeout(pairs)}. The Llama models are gated on the hub: "
+            "their pairs need a token that may read them (an `HF_TOKEN` secret), or are left out, and the Space's "
+            "log says which pair was left out and why. At start-up the Space also times each pair's races and "
+            "measures it for the \"measure this machine\" preset, charged to no visitor; each visitor's race then "
+            "asks ZeroGPU for the GPU time this Space's races of that pair took (the projection's, until one was "
+            "timed), with a margin.",
+        ]
     else:
         body += [
             "The page opens on a recorded race; **Run the race** races your prompt on SmolLM2-135M-Instruct "
             f"(`{front_matter(kind)['models'][0]}`, downloaded once) with the draft head in `assets/head`.",
             "",
+            "This Space runs on CPU hardware, which needs a paid plan: choose the CPU hardware in the Space's "
+            "settings. It races in int8, the precision in which speculative decoding pays on a small CPU.",
         ]
-        if kind.name == "zerogpu":
-            pairs = space_pairs()
-            body += [
-                "On ZeroGPU the models load once, at start-up, in float16, and the model menu offers exactly those: "
-                "the default pair and each of the papers' pairs (7-8B targets with their EAGLE heads) that fits the "
-                f"GPU's {ZERO_GPU_BYTES // 10**9} GB beside the pairs before it. The build downloads them "
-                "(`preload_from_hub`), so a start reads them from the Space's disk:",
-                "",
-                "| pair | disk | start-up (assumed) |",
-                "|---|---|---|",
-                *(f"| {p.label} | {p.nbytes / 1e9:.1f} GB | {p.start_up_s() / 60:.0f} min |" for p in pairs),
-                "",
-                f"{sum(p.nbytes for p in pairs) / 1e9:.0f} GB in all, of the Space's 50 GB disk; the start-up limit "
-                f"(`startup_duration_timeout`) is {start_up_timeout(pairs)}. The Llama models are gated on the hub: "
-                "their pairs need a token that may read them (an `HF_TOKEN` secret), or are left out, and the Space's "
-                "log says which pair was left out and why. At start-up the Space also times each pair's races and "
-                "measures it for the \"measure this machine\" preset, charged to no visitor; each visitor's race then "
-                "asks ZeroGPU for the GPU time this Space's races of that pair took, with a margin.",
-            ]
-        else:
-            body += [
-                "This Space runs on CPU hardware, which needs a paid plan: choose the CPU hardware in the Space's "
-                "settings. It races in int8, the precision in which speculative decoding pays on a small CPU.",
-            ]
     body += ["", kind.account]
     return f"---\n{front}---\n\n" + "\n".join(body) + "\n"
 
@@ -359,7 +372,7 @@ def export_space(kind: str, directory: str | Path, root: Path = ROOT) -> Path:
             if not PLAYER.is_dir():
                 raise ExportError(f"This copy lacks {PLAYER} (a Space carries only what the app imports): export "
                                   "from the project's checkout.")
-            write_static_page(work, sorted((root / "assets" / "examples").glob("*.json")))
+            write_static_page(work, sorted((root / "assets" / "examples").glob("*.json")), zerogpu_costs)
         else:
             _write_app(space, work, root)
         (work / "README.md").write_text(readme(space), encoding="utf-8")

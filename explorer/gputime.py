@@ -1,6 +1,7 @@
-"""GPU time on a ZeroGPU Space: what a race asks for, sized from what this Space's races took, and the words for
-ZeroGPU's answers. ZeroGPU refuses a call whose asked duration exceeds what is left of the visitor's daily quota,
-deducts the time a call uses, and ends a call that outlives what it asked for (README: Deploy)."""
+"""GPU time on a ZeroGPU Space: what a race asks for, sized from what this Space's races took (or, until one was
+timed, from the GPU projection), and the words for ZeroGPU's answers. ZeroGPU refuses a call whose duration, as it
+counts it, exceeds what is left of the visitor's daily quota, deducts the time a call uses, and ends a call that
+outlives what it asked for (README: Deploy)."""
 from __future__ import annotations
 
 import math
@@ -8,28 +9,56 @@ import re
 import threading
 import time
 from collections import deque
-from collections.abc import Iterable
+from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 
-from components.race import COST_METHOD, METHOD_LABELS
+from components.race import COST_METHOD, METHOD_LABELS, RACE_METHODS
+from ddd.bench.projection import METHODS, ZEROGPU, PairProjection, project
+from ddd.catalog import PAIRS
+from ddd.numbers import readable
+from ddd.settings import MAX_NEW_TOKENS
 from ddd.trace import RunTrace
 
-from .models import Key
+from .models import Key, ModelChoice, Models
 
 # A visitor's daily ZeroGPU time (hub-docs, spaces-zerogpu): not logged in, and with a free account.
 VISITOR_QUOTA_S = 120
 ACCOUNT_QUOTA_S = 300
-# The ask: the predicted time times MARGIN, plus SLACK_S for what no race has shown yet (a busier GPU).
+# ZeroGPU schedules a call for its requested duration times the GPU's duration factor, and weighs that against the
+# visitor's quota: 1.5 on the RTX PRO 6000 Blackwell at the default 'large' size (the `spaces` package 0.51.3,
+# zero/client.py get_duration_seconds and zero/configs.json). The time a call uses is counted the same way here
+# (used x factor): if ZeroGPU deducts the time itself, a visitor has more races than these figures say, not fewer.
+DURATION_FACTOR = 1.5
+# That size holds while the weights a Space puts on the GPU stay under this; above it ZeroGPU runs the Space on the
+# whole card ('xlarge'), which counts a call's time twice (spaces 0.51.3: zero/configs.json xlarge_threshold).
+XLARGE_BYTES = 45_097_156_608
+# What ZeroGPU schedules for a call: MARGIN times the predicted time, plus SLACK_S for what no race has shown yet (a
+# busier GPU).
 MARGIN = 1.5
 SLACK_S = 3.0
-# Until this Space has timed a race of a pair: a 7B target's pace on a shared GPU per token and method, and a call's
-# start (a GPU process, the weights moved onto the GPU).
+# Until this Space has timed a race of a pair the projection does not cover: a 7B target's pace on a shared GPU per
+# token and method.
 UNTIMED_S_PER_TOKEN = 0.08
-UNTIMED_START_S = 10.0
+# A call's start, until timed (assumed): a GPU worker starts and ZeroGPU copies every model the Space holds onto the
+# GPU (the `spaces` package, zero/torch/packing.py: from disk through pinned memory). PCIe 5.0 x16 carries 64 GB/s;
+# the disk read and the staging are taken to manage COPY_BYTES_PER_S.
+WORKER_START_S = 1.0
+COPY_BYTES_PER_S = 10e9
 WINDOW = 5  # races remembered per pair: the slowest of them sizes the next ask
 # The start-up's own calls (warm-up races, the measured preset) are charged to no visitor.
 START_UP_ASK_S = 300
 WARM_UP_TOKENS = 16
+# A Space's default race shows the papers' effect when DDD is at least this much faster than plain decoding, and
+# faster than EAGLE-2: the papers measured 3-3.6x on their 7B targets (docs/results.md, "GPU projection"), while a
+# pair bound by launching its operations shows speculative decoding's mechanics but not its speed.
+PAPERS_SPEEDUP = 2.0
+# A visitor who is not logged in races at least this many default races a day.
+SPACE_RACES = 8
+
+
+def call_start_s(held_bytes: float) -> float:
+    """A GPU call's start until one was timed, for a Space holding `held_bytes` of weights."""
+    return WORKER_START_S + held_bytes / COPY_BYTES_PER_S
 
 
 @dataclass(frozen=True)
@@ -62,7 +91,7 @@ class Pace:
     per_token: dict[str, float]
     prefill: dict[str, float]
     start_s: float
-    timed: bool  # False: no race of this pair was timed yet (UNTIMED_* values)
+    timed: bool  # False: no race of this pair was timed yet (the projection's pace, or UNTIMED_S_PER_TOKEN)
 
     def rate(self, method: str) -> float:
         """A method never timed runs at the slowest timed one's pace."""
@@ -74,17 +103,105 @@ class Pace:
             + tokens * sum(self.rate(m) for m in methods)
 
 
+def projected_pace(projection: PairProjection, start_s: float) -> Pace:
+    """A pair's pace as the GPU projection has it, for a Space whose calls start in `start_s`."""
+    return Pace({m: projection.seconds_per_token(m) for m in METHODS},
+                {m: projection.prefill_s(m) for m in METHODS}, start_s, False)
+
+
 def ask_for(seconds: float) -> int:
-    """The whole seconds a call asks for, to do work predicted to take `seconds`."""
-    return max(1, math.ceil(MARGIN * seconds + SLACK_S))
+    """The whole seconds a call asks for, to do work predicted to take `seconds`: ZeroGPU schedules that times
+    DURATION_FACTOR, which must cover MARGIN x `seconds` + SLACK_S."""
+    return max(1, math.ceil((MARGIN * seconds + SLACK_S) / DURATION_FACTOR))
+
+
+def counted(asked: int) -> int:
+    """What ZeroGPU schedules for a call that asks for `asked` seconds, and weighs against the quota left."""
+    return round(asked * DURATION_FACTOR)
+
+
+def races_a_day(pace: Pace, methods: Iterable[str], tokens: int, quota: float = VISITOR_QUOTA_S) -> int:
+    """How many races of `tokens` new tokens a visitor with `quota` seconds a day starts before ZeroGPU refuses one,
+    each taking its predicted time: each asks for ask_for(predicted), and is counted as predicted x factor."""
+    seconds = pace.predict(methods, tokens)
+    left, races = float(quota), 0
+    while counted(ask_for(seconds)) <= left:
+        left -= seconds * DURATION_FACTOR
+        races += 1
+    return races
+
+
+def space_tokens(pace: Pace, step: int, most: int, methods: Iterable[str] = RACE_METHODS) -> int:
+    """The most new tokens (a multiple of `step`, at most `most`) for which a visitor who is not logged in starts
+    SPACE_RACES default races a day at `pace` (0: not even `step`)."""
+    methods = tuple(methods)
+    tokens = most - most % step
+    while tokens and races_a_day(pace, methods, tokens) < SPACE_RACES:
+        tokens -= step
+    return tokens
+
+
+def shows_effect(projection: PairProjection) -> bool:
+    """Whether a pair's projection shows the papers' effect: DDD well ahead of plain decoding, and of EAGLE-2."""
+    return projection.speedup("ddd") >= PAPERS_SPEEDUP and projection.speedup("ddd") > projection.speedup("eagle2")
+
+
+@dataclass(frozen=True)
+class SpaceRace:
+    """A ZeroGPU Space's default race on a pair: the pair's GPU projection on ZeroGPU's card, the pace it predicts
+    for the Space's calls, and the most new tokens with which a visitor who is not logged in starts SPACE_RACES
+    default races a day (0: not even one slider step)."""
+
+    projection: PairProjection
+    pace: Pace
+    tokens: int
+
+    @classmethod
+    def of(cls, projection: PairProjection, start_s: float) -> "SpaceRace":
+        pace = projected_pace(projection, start_s)
+        return cls(projection, pace, space_tokens(pace, MAX_NEW_TOKENS.step, MAX_NEW_TOKENS.bounds(ui=True)[1]))
+
+    @property
+    def seconds(self) -> float:
+        """The default race's projected GPU time."""
+        return self.pace.predict(RACE_METHODS, self.tokens)
+
+    def words(self, quick: "SpaceRace | None" = None) -> str:
+        """The page's words for the Space's default race, and why its pair (`quick`: the small pair beside it)."""
+        p, label = self.projection, self.projection.pair.label
+        text = (f"**On this Space** the race opens on {label}, the pair the project's GPU projection picks: on "
+                f"this GPU a forward of its target reads {p.nbytes.target / 1e9:.0f} GB of weights, so verifying a "
+                "whole draft tree costs about what one token does, and the projection (docs/results.md) puts EAGLE-2 "
+                f"at {p.speedup('eagle2'):.1f}x and DDD at {p.speedup('ddd'):.1f}x plain decoding, the papers' effect. A "
+                f"race of {self.tokens} new tokens takes about {self.seconds:.0f} s of GPU time, "
+                f"{self.seconds * DURATION_FACTOR:.0f} s {AS_COUNTED}: a visitor who is not logged in has "
+                f"{VISITOR_QUOTA_S // 60} minutes a day, {races_a_day(self.pace, RACE_METHODS, self.tokens)} such "
+                "races.")
+        if quick is not None:
+            text += (f" {quick.projection.pair.label} is the quick pair (Settings, model menu): about "
+                     f"{quick.seconds:.0f} s a race, {quick.seconds * DURATION_FACTOR:.0f} s as ZeroGPU counts it; on "
+                     "a GPU its small model is bound by launching its operations rather than by reading its weights, "
+                     f"so speculation gains less there (EAGLE-2 {quick.projection.speedup('eagle2'):.1f}x, DDD "
+                     f"{quick.projection.speedup('ddd'):.1f}x projected).")
+        return text
+
+
+def space_races(models: Models) -> dict[Key, SpaceRace]:
+    """The default race of each pair a ZeroGPU Space holds (Models.pin) that the GPU projection covers, by pair."""
+    start = call_start_s(models.loaded_bytes())
+    return {models.key(choice): SpaceRace.of(project(pair, ZEROGPU), start)
+            for pair in PAIRS if models.pinned_choice(choice := ModelChoice(pair.model, pair.head))}
 
 
 class GpuTime:
     """Each model pair's recent race times (Models.key), kept in the page's process: a GPU process keeps nothing
-    between calls."""
+    between calls. `projected`: the paces the GPU projection gives the pairs it covers, until one of theirs is timed;
+    `start_s`: a call's start until timed."""
 
-    def __init__(self) -> None:
+    def __init__(self, projected: Mapping[Key, Pace] | None = None, start_s: float = WORKER_START_S) -> None:
         self._times: dict[Key, deque[RaceTime]] = {}
+        self._projected = dict(projected or {})
+        self._start_s = start_s
         self._lock = threading.Lock()
 
     def record(self, key: Key, traces: dict[str, RunTrace], call_s: float, start_up: bool = False) -> None:
@@ -104,7 +221,7 @@ class GpuTime:
         with self._lock:
             times = list(self._times.get(key, ()))
         if not times:
-            return Pace({}, {}, UNTIMED_START_S, False)
+            return self._projected.get(key) or Pace({}, {}, self._start_s, False)
         per_token: dict[str, float] = {}
         prefill: dict[str, float] = {}
         for timed in times:
@@ -117,12 +234,13 @@ class GpuTime:
         return ask_for(self.pace(key).predict(methods, tokens))
 
     def fitting_tokens(self, key: Key, methods: Iterable[str], seconds: float) -> int:
-        """The most new tokens a race of `methods` may ask for and still ask for at most `seconds` (0: none)."""
+        """The most new tokens a race of `methods` may ask for while ZeroGPU counts at most `seconds` for it (0:
+        none)."""
         pace, methods = self.pace(key), list(methods)
         per_token = sum(pace.rate(m) for m in methods)
         spare = (seconds - SLACK_S) / MARGIN - pace.predict(methods, 0)
         tokens = max(int(spare / per_token), 0) if per_token > 0 else 0
-        while tokens and ask_for(pace.predict(methods, tokens)) > seconds:  # ask_for rounds up
+        while tokens and counted(ask_for(pace.predict(methods, tokens))) > seconds:  # both round
             tokens -= 1
         return tokens
 
@@ -169,12 +287,17 @@ def shorter_race(gpu: GpuTime, key: Key, methods: tuple[str, ...], seconds: floa
     return fits
 
 
+# How the page names ZeroGPU's count of a call's time.
+AS_COUNTED = (f"as ZeroGPU counts it (the time requested x {readable(DURATION_FACTOR)}, its duration factor on "
+              "this GPU)")
+
+
 def refusal_words(answer: GpuAnswer, gpu: GpuTime, key: Key, methods: tuple[str, ...]) -> str:
     """The page's words for a race ZeroGPU refused or ended."""
     if answer.kind == "quota":
         refill = f"in {answer.refill}" if answer.refill else "within a day"
-        return (f"ZeroGPU refused this race: it asked for {answer.asked} s of GPU time and your quota has "
-                f"{answer.left} s left today (it refills {refill}). Nothing ran. In {answer.left} s "
+        return (f"ZeroGPU refused this race: it asked for {answer.asked} s of GPU time {AS_COUNTED}, and your quota "
+                f"has {answer.left} s left today (it refills {refill}). Nothing ran. In {answer.left} s "
                 f"{shorter_race(gpu, key, methods, answer.left)}. Log in to Hugging Face for more: "
                 f"{ACCOUNT_QUOTA_S // 60} minutes a day with a free account, {VISITOR_QUOTA_S // 60} without.")
     if answer.kind == "aborted":
@@ -184,12 +307,14 @@ def refusal_words(answer: GpuAnswer, gpu: GpuTime, key: Key, methods: tuple[str,
 
 
 def too_long_words(ask: int, limit: float, gpu: GpuTime, key: Key, methods: tuple[str, ...], known: bool) -> str:
-    """The words for a race that would ask for more than the visitor can have, said before anything is asked."""
+    """The words for a race that would ask for more than the visitor can have, said before anything is asked.
+    `ask`: the seconds requested, which ZeroGPU counts times DURATION_FACTOR."""
     whose = (f"the {limit:.0f} s your quota has left today" if known else
              f"a visitor's whole day ({VISITOR_QUOTA_S // 60} minutes of GPU time when not logged in, "
              f"{ACCOUNT_QUOTA_S // 60} with a free account)")
-    return (f"This race would ask ZeroGPU for about {ask} s of GPU time, more than {whose}, so it was not started. "
-            f"At this Space's measured pace, {shorter_race(gpu, key, methods, limit)}.")
+    pace = "this Space's measured pace" if gpu.pace(key).timed else "the pace projected for this GPU"
+    return (f"This race would ask ZeroGPU for about {counted(ask)} s of GPU time {AS_COUNTED}, more than {whose}, so "
+            f"it was not started. At {pace}, {shorter_race(gpu, key, methods, limit)}.")
 
 
 @dataclass

@@ -12,9 +12,10 @@ from components.inputs import (COST_SWITCH, COST_SWITCH_LABEL, RUN_SETTINGS, TRE
 from components.race import COLUMN_METHODS, COST_METHOD, METHOD_LABELS, RACE_METHODS, TREE_METHODS
 from components.verdict import headline_html
 from components.widgets import CheckedNumber, CheckedSlider
-from ddd.settings import METHOD_DECLARATIONS, Setting
+from ddd.settings import MAX_NEW_TOKENS, METHOD_DECLARATIONS, Setting
 
 from .examples import EXAMPLE_PROMPTS
+from .gputime import SpaceRace
 from .lesson import place as place_lesson
 from .presets import PRESET_NAMES, PRESETS, widget_values
 
@@ -64,12 +65,14 @@ class Ui(dict):
 
 
 def layout(examples: list[str], precisions: list[str], precision: str, preset: str, model_info: str,
-           menu: list[str], chosen: str, menu_on: bool, typed: bool, new_session, close_session) -> Ui:
-    """Place every component (inside an open gr.Blocks)."""
+           menu: list[str], chosen: str, menu_on: bool, typed: bool, new_session, close_session,
+           space: SpaceRace | None = None, quick: SpaceRace | None = None) -> Ui:
+    """Place every component (inside an open gr.Blocks). `space`: on a ZeroGPU Space, its default race (the intro
+    says why that pair, and max new tokens starts at its tokens); `quick`: the small pair offered beside it."""
     ui = Ui()
     ui["session"] = gr.State(new_session, delete_callback=close_session)
     ui["playing"] = gr.State(False)
-    gr.Markdown(INTRO, elem_id="intro")
+    gr.Markdown(INTRO + (f"\n\n{space.words(quick)}" if space else ""), elem_id="intro")
     place_lesson(ui)  # the lesson: a button here, its panel closed until asked for
     with gr.Row(equal_height=False):
         with gr.Column(scale=3):
@@ -89,7 +92,8 @@ def layout(examples: list[str], precisions: list[str], precision: str, preset: s
                 ui["download"] = gr.DownloadButton("Save this run", size="sm", interactive=False)
             ui["info"] = gr.HTML(elem_classes="race-info")
     with gr.Accordion("Settings", open=False, elem_id="settings"):
-        _settings(ui, precisions, precision, preset, model_info, menu, chosen, menu_on, typed)
+        _settings(ui, precisions, precision, preset, model_info, menu, chosen, menu_on, typed,
+                  space.tokens if space else None)
     ui["message"] = gr.HTML(visible=False, elem_id="message")
     ui["headline"] = gr.HTML(headline_html({}), elem_id="headline")
     with gr.Row(equal_height=False):
@@ -111,7 +115,7 @@ def layout(examples: list[str], precisions: list[str], precision: str, preset: s
 
 
 def _settings(ui: Ui, precisions: list[str], precision: str, preset_name: str, model_info: str,
-              menu: list[str], chosen: str, menu_on: bool, typed: bool) -> None:
+              menu: list[str], chosen: str, menu_on: bool, typed: bool, new_tokens: int | None) -> None:
     ui["model_info"] = gr.Markdown(model_info, elem_id="model-info")
     with gr.Row(visible=menu_on):
         ui["model_menu"] = gr.Dropdown(menu, value=chosen, label="model and draft head (for your races only)", scale=3,
@@ -122,7 +126,8 @@ def _settings(ui: Ui, precisions: list[str], precision: str, preset_name: str, m
         ui["choose"] = gr.Button("Use this model", size="sm", scale=1, elem_id="choose")
     with gr.Row():
         for setting in RUN_SETTINGS:
-            ui[setting.name] = widget(setting, setting.start(ui=True))
+            start = new_tokens if setting is MAX_NEW_TOKENS and new_tokens else setting.start(ui=True)
+            ui[setting.name] = widget(setting, start)
         ui["precision"] = gr.Radio(precisions, value=precision, label="precision (target and head, every method)",
                                    info=PRECISION_INFO, min_width=2 * WIDGET_WIDTH)
     preset = widget_values(PRESETS[preset_name])

@@ -15,6 +15,7 @@ from plotly.offline import get_plotlyjs
 from components import RaceFileError
 from components.lesson import TITLES, Chapter, Lesson, LessonError, build_lesson, lesson_race
 from components.lesson_page import lesson_html
+from ddd.bench.projection import zerogpu_costs
 from ddd.settings import THRESHOLD
 
 from .examples import ExampleShelf
@@ -85,7 +86,7 @@ class LessonPanel:
             return None, ("No shipped race holds every decoder the lesson reads (`python app.py "
                           "--record-examples`)."), None
         try:
-            lesson = build_lesson(found[1], found[0])
+            lesson = build_lesson(found[1], found[0], zerogpu_costs(found[1].traces["cost"]))
         except LessonError as err:
             return None, str(err), None
         handout = Path(tempfile.mkdtemp(prefix="ddd-lesson-")) / HANDOUT_NAME

@@ -16,10 +16,10 @@ from components.runfile import is_text
 
 from .choosing import ModelMenu, menu_items
 from .examples import ExampleShelf
-from .gputime import GpuTime
+from .gputime import GpuTime, call_start_s, space_races
 from .layout import COLUMNS, COST_PARTS, RACE_OUTPUTS, SETTINGS, STEP_OUTPUTS, Ui, layout
 from .lesson import LINK_OUTPUTS, LessonPanel, wire as wire_lesson
-from .models import Models
+from .models import ModelChoice, Models
 from .presets import PRESET_FIELDS, default_preset
 from .racing import device_measure, device_race, zero_gpu
 from .running import Runner
@@ -90,15 +90,20 @@ class Page:
 
 def build_page(models: Models, shelf: ExampleShelf, sessions: Sessions | None = None) -> Page:
     sessions = sessions or Sessions()
+    # On ZeroGPU: each held pair's default race as the GPU projection has it, until this Space times one; the intro
+    # says why the Space opens on its own pair, beside the small default pair (the quick one) where it holds both.
+    races = space_races(models) if zero_gpu() else {}
+    own, small = models.key(None), models.key(ModelChoice(None, None))
     with CheckedBlocks(title="DDD Explorer", delete_cache=CACHE_CLEANUP) as demo:
         items = menu_items(models)
         ui = layout(list(shelf.files()), models.precisions(), models.default_precision(),
                     default_preset(models.device()), models.describe(), items.labels, items.chosen, items.shown,
-                    items.typed, Session, sessions.close)
+                    items.typed, Session, sessions.close, races.get(own), races.get(small) if small != own else None)
         place_whatif(ui)  # under the race, the page's last part
         viewer = Viewer(ui, sessions, shelf)
-        runner = Runner(ui, models, sessions, viewer, device_race(models), device_measure(models),
-                        GpuTime() if zero_gpu() else None)
+        gpu = GpuTime({key: race.pace for key, race in races.items()},
+                      call_start_s(models.loaded_bytes())) if zero_gpu() else None
+        runner = Runner(ui, models, sessions, viewer, device_race(models), device_measure(models), gpu)
         lesson = LessonPanel(ui, shelf)
         _wire_viewing(demo, ui, viewer, lesson)
         wire_lesson(ui, lesson)

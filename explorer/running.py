@@ -15,7 +15,8 @@ from components.race import METHOD_LABELS
 from components.replay import frame_times, steps_done
 from ddd import HeadLoadError, ModelLoadError
 
-from .gputime import ACCOUNT_QUOTA_S, GpuAnswer, GpuTime, Quota, refusal_words, too_long_words
+from .gputime import (ACCOUNT_QUOTA_S, DURATION_FACTOR, GpuAnswer, GpuTime, Quota, counted, refusal_words,
+                      too_long_words)
 from .layout import COLUMNS, Ui
 from .models import Key, ModelChoice, Models
 from .presets import MEASURED, PRESET_FIELDS, PRESETS, race_entries, widget_values
@@ -160,25 +161,27 @@ class Runner:
         return self.models.key(request.choice, request.precision)
 
     def _ask_gpu(self, request: RaceRequest, session: Session) -> str:
-        """Size the race's GPU time from this Space's races (request.gpu_seconds); the words for a race that would
-        ask for more than the visitor can have, which is then not asked for at all ("" when it may go)."""
+        """Size the race's GPU time from this Space's races (request.gpu_seconds); the words for a race that ZeroGPU
+        would count as more than the visitor can have, which is then not asked for at all ("" when it may go)."""
         methods, key = tuple(request.entries), self._key(request)
         request.gpu_seconds = self.gpu.ask(key, methods, request.max_new_tokens)
         known = session.gpu_quota.current() if session.gpu_quota else None
         limit = known if known is not None else ACCOUNT_QUOTA_S
-        if request.gpu_seconds <= limit:
+        if counted(request.gpu_seconds) <= limit:
             return ""
         return too_long_words(request.gpu_seconds, limit, self.gpu, key, methods, known is not None)
 
     def _charge(self, request: RaceRequest, live: LiveRace, answer: GpuAnswer | None, took: float,
                 session: Session) -> None:
-        """Learn from the race: its pace (what it decoded, complete or cut short) and what the visitor has left."""
+        """Learn from the race: its pace (what it decoded, complete or cut short) and what the visitor has left (the
+        time it used, as ZeroGPU counts it)."""
         if answer is not None and answer.kind == "quota":
             session.gpu_quota = Quota.learnt(answer)
             return
         self.gpu.record(self._key(request), live.finished(), took)
         if session.gpu_quota is not None:
-            session.gpu_quota.left = max(session.gpu_quota.left - min(took, request.gpu_seconds), 0.0)
+            used = min(took, counted(request.gpu_seconds)) * DURATION_FACTOR
+            session.gpu_quota.left = max(session.gpu_quota.left - used, 0.0)
 
     def _live(self, live: LiveRace, methods: tuple[str, ...], shade: bool, status: str, session: Session) -> dict:
         """While decoding: the race's columns, their counters, the status line, and no headline until the end."""

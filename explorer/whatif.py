@@ -10,7 +10,8 @@ import gradio as gr
 from components import Race
 from components.inputs import InputError, checked, input_error
 from components.race import METHOD_LABELS
-from components.whatif import GPU_COSTS, TITLE, whatif_figure, whatif_summary
+from components.whatif import TITLE, whatif_figure, whatif_summary
+from ddd.bench.projection import zerogpu_costs
 from components.widgets import CheckedSlider
 from ddd.costs import StepCosts
 from ddd.settings import CHECK_STEPS, COST_SETTINGS, MAX_DRAFT_CALLS, THRESHOLD, VERIFY_COST, Setting, SettingsError
@@ -29,9 +30,12 @@ deeper than the run did, so its depth is at least and its accepted tokens at mos
 step's measured draft, verify and other times."""
 COSTS_NOTE = ("**this CPU**: the costs the race's cost rule priced its last step with, measured as it decoded (its "
               "settings where it measured none; the declared ones when the race has no cost-rule run). "
-              f"**a GPU**: assumed GPU ratios (a draft call {GPU_COSTS.draft_cost:g}, a tree forward "
-              f"{GPU_COSTS.verify_base:g} more than a one-token one, each verified token {GPU_COSTS.verify_cost:g} "
-              "plain steps), not measured here. Predicted times use this race's own costs either way.")
+              "**a GPU**: the costs the project's GPU projection gives this race's model pair on ZeroGPU's GPU (half "
+              "an RTX PRO 6000): each part of a step takes the longer of reading its bytes from memory and launching "
+              "its operations, in plain steps (docs/results.md, \"GPU projection\"); projected, not measured, and "
+              "only for the pairs of the model menu. Predicted times use this race's own costs either way.")
+NO_GPU_PROJECTION = ("The GPU projection covers the model menu's pairs only (docs/results.md, \"GPU projection\"): "
+                     "this race's pair has none, so the costs stay as they were.")
 COST_WIDGETS = [f"whatif_{s.name}" for s in COST_SETTINGS]
 WIDGETS = ["whatif_source", "whatif_threshold", "whatif_checks", *COST_WIDGETS]
 OUTPUTS = ["whatif_chart", "whatif_note"]
@@ -136,10 +140,16 @@ class WhatIfPanel:
         return self._replay(getattr(session, "race", None), source, threshold, checks, costs)
 
     def preset(self, which: str, source: Any, threshold: Any, checks: Any, *rest: Any) -> dict:
-        """"this CPU" (the race's own costs) or "a GPU" (assumed ratios) on the cost sliders, and the replay."""
+        """"this CPU" (the race's own costs) or "a GPU" (the GPU projection's for the race's pair on ZeroGPU's GPU) on
+        the cost sliders, and the replay."""
         race = getattr(rest[-1], "race", None)  # rest: the cost sliders, then the session
-        costs = _costs(GPU_COSTS if which == "gpu" else
-                       _race_costs(race, race.get(source) if race and source else None))
+        trace = race.get(source) if race and source else None
+        if which == "gpu":
+            projected = zerogpu_costs(trace) if trace is not None else None
+            if projected is None:
+                return {**{self.ui[name]: gr.skip() for name in COST_WIDGETS}, self.ui["whatif_chart"]: gr.skip(),
+                        self.ui["whatif_note"]: message(NO_GPU_PROJECTION, "note")}
+        costs = _costs(projected if which == "gpu" else _race_costs(race, trace))
         return {**{self.ui[name]: value for name, value in zip(COST_WIDGETS, costs)},
                 **self._replay(race, source, threshold, checks, costs)}
 

@@ -234,3 +234,15 @@ def test_a_broken_head_file_is_reported(tiny_llama_dir, llama, questions_file, t
     err = error_of(capsys, ["--questions", str(questions_file), "--model", str(tiny_llama_dir), "--head", str(bad),
                             "--methods", "plain,eagle2", "--out", str(tmp_path / "out")])
     assert "do not match the" in err and "missing" in err and "Traceback" not in err
+
+
+def test_bench_counts_operations_when_asked(tiny_llama_dir, head_dir, questions_file, tmp_path):
+    out = tmp_path / "ops"
+    bench.main(["--questions", str(questions_file), "--model", str(tiny_llama_dir), "--head", str(head_dir),
+                "--max-new-tokens", "8", "--limit", "1", "--methods", "eagle2", "--count-ops", "--out", str(out)])
+    report = json.loads((out / "results.json").read_text())
+    plain, eagle2 = report["overall"]["plain"], report["overall"]["eagle2"]
+    assert plain["ops_per_token"] == plain["ops_per_step"] == plain["ops_rest_per_step"]
+    assert plain["ops_per_draft_call"] is None and eagle2["ops_per_draft_call"] > 0
+    assert eagle2["ops_per_step"] > eagle2["ops_rest_per_step"] > 0
+    assert "Operations dispatched" in (out / "results.md").read_text()

@@ -101,6 +101,7 @@ def test_budget_prints_candidates_and_the_best_settings(tmp_path, tiny_llama_dir
     assert "eagle2: --set beam_width=4 --set draft_calls=" in out
     assert "ddd: --set beam_width=4 --set max_draft_calls=3 --set check_steps=all" in out
     assert "cost: --set draft_cost=" in out and "--set verify_base=" in out and "--set verify_cost=" in out
+    assert "operations dispatched" in out and "  plain: " in out and "a draft call" in out
 
 
 @pytest.mark.parametrize("extra, message", [

@@ -12,9 +12,12 @@ import pytest
 from components import load_race
 from components.lesson import LESSON_METHODS, TITLES, build_lesson, lesson_race
 from components.lesson_page import lesson_html
+from ddd.costs import StepCosts
 from tests.bad_inputs import PAYLOADS
 
 EXAMPLES = sorted((Path(__file__).resolve().parents[1] / "assets" / "examples").glob("*.json"))
+# A pair's costs on a GPU as the app passes them in (ddd.bench.projection.zerogpu_costs).
+GPU = StepCosts(draft_cost=0.08, verify_base=0.14, verify_cost=0.0)
 
 
 @pytest.fixture(scope="module")
@@ -34,7 +37,7 @@ def timed(race, method, factor):
 
 
 def test_seven_chapters_in_order_each_with_a_figure_and_a_question(shipped):
-    lesson = build_lesson(shipped[1], shipped[0])
+    lesson = build_lesson(shipped[1], shipped[0], GPU)
     assert [c.title for c in lesson.chapters] == list(TITLES)
     for chapter in lesson.chapters:
         assert chapter.figure.data, chapter.title
@@ -47,21 +50,21 @@ def test_plain_decodings_numbers_come_from_its_steps(shipped):
     slower = timed(race, "plain", 3.0)
     for run in (race, slower):
         median = statistics.median(s.ms for s in run.traces["plain"].steps if not s.prefill)
-        chapter = build_lesson(run, key).chapters[0]
+        chapter = build_lesson(run, key, GPU).chapters[0]
         assert f"a median of {median:.0f} ms each" in chapter.text and f"{median:.0f} ms a forward" in chapter.question.why
 
 
 @pytest.mark.parametrize("factor, answer", [(0.2, "EAGLE's static tree"), (5.0, "EAGLE-2's smaller tree")])
 def test_which_tree_was_faster_is_read_from_the_race(shipped, factor, answer):
     key, race = shipped
-    question = build_lesson(timed(race, "eagle", factor), key).chapters[2].question
+    question = build_lesson(timed(race, "eagle", factor), key, GPU).chapters[2].question
     assert question.choices[question.answer] == answer
 
 
 @pytest.mark.parametrize("factor, answer", [(0.1, "DDD was faster than EAGLE-2"), (10.0, "EAGLE-2 was faster than DDD")])
 def test_the_verdict_question_follows_the_measured_times(shipped, factor, answer):
     key, race = shipped
-    question = build_lesson(timed(race, "ddd", factor), key).chapters[6].question
+    question = build_lesson(timed(race, "ddd", factor), key, GPU).chapters[6].question
     assert question.choices[question.answer] == answer
 
 
@@ -69,13 +72,13 @@ def test_the_verdict_question_follows_the_measured_times(shipped, factor, answer
 def test_ddds_question_asks_about_a_recorded_check_and_answers_with_it(shipped, stop):
     key, race = shipped
     race = copy.deepcopy(race)
-    question = build_lesson(race, key).chapters[4].question
+    question = build_lesson(race, key, GPU).chapters[4].question
     step_index = int(re.search(r"In step (\d+)", question.ask).group(1))
     step = next(s for s in race.traces["ddd"].steps if s.index == step_index)
     threshold = float(race.traces["ddd"].settings["threshold"])
     check = step.checks[0]
     check.confidence, check.stop = (threshold - 0.37, True) if stop else (threshold + 0.01, False)
-    changed = build_lesson(race, key).chapters[4].question
+    changed = build_lesson(race, key, GPU).chapters[4].question
     assert f"H = {check.confidence:.2f}" in changed.ask
     assert changed.choices[changed.answer].startswith("No" if stop else "Yes")
 
@@ -90,14 +93,21 @@ def test_every_text_from_the_race_is_escaped_on_the_page(shipped):
             for node in step.pool:
                 node.text = PAYLOADS[3]
     race.title = PAYLOADS[2]
-    page = lesson_html(build_lesson(race, key), plotly_src="plotly.min.js")
+    page = lesson_html(build_lesson(race, key, GPU), plotly_src="plotly.min.js")
     for payload in PAYLOADS:
         assert payload not in page
     assert not re.search(r"<(img|svg|iframe)\b|href=.?javascript", page)
 
 
 def test_a_reply_says_whether_the_choice_was_right_then_why(shipped):
-    question = build_lesson(shipped[1], shipped[0]).chapters[1].question
+    question = build_lesson(shipped[1], shipped[0], GPU).chapters[1].question
     wrong = next(i for i in range(len(question.choices)) if i != question.answer)
     assert question.reply(question.answer).startswith("**Right.**")
     assert question.reply(wrong).startswith("**Not quite") and question.why in question.reply(wrong)
+
+
+def test_the_cost_rule_chapter_prices_its_tree_on_a_gpu_at_the_costs_it_is_given(shipped):
+    text = build_lesson(shipped[1], shipped[0], GPU).chapters[5].text
+    assert "on ZeroGPU's GPU as the project's GPU projection prices this pair (a draft call 0.08, a tree forward " \
+           "0.14 more than a one-token one, each verified token 0: projected, not measured)" in text
+    assert "ZeroGPU" not in build_lesson(shipped[1], shipped[0], None).chapters[5].text

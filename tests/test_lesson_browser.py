@@ -13,6 +13,7 @@ import pytest
 
 from components.lesson import TITLES
 from components.static_page import write_static_page
+from ddd.bench.projection import zerogpu_costs
 from tests.test_browser import CHROMIUM, INJECTED, text_of
 from tests.test_static_page import EXAMPLES, RecordingBrowser
 
@@ -52,7 +53,7 @@ def recording(path: Path) -> RecordingBrowser:
 
 def test_the_static_pages_lesson_from_disk(tmp_path):
     folder = tmp_path / "static"
-    write_static_page(folder, EXAMPLES)
+    write_static_page(folder, EXAMPLES, zerogpu_costs)
     browser = recording(tmp_path / "profile")
     try:
         browser.send("Network.emulateNetworkConditions", {"offline": True, "latency": 0, "downloadThroughput": -1,

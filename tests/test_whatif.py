@@ -1,16 +1,21 @@
 """The what-if replay: at a run's own settings it gives back the run step for step; elsewhere it agrees with the
 engine wherever the record reaches, and marks the steps it cannot know as bounds."""
 from dataclasses import replace
+from types import SimpleNamespace
 
+import gradio as gr
 import pytest
 
-from components import load_race
+from components import Race, load_race
 from components.whatif import whatif_figure, whatif_summary
 from ddd.costs import Calibration
 from ddd.numbers import readable
 from ddd.engine import generate
 from ddd.settings import SettingsError
+from ddd.bench.projection import zerogpu_costs
 from ddd.whatif import WhatIfError, cost_whatif, ddd_whatif, own_costs
+from explorer.layout import Ui
+from explorer.whatif import COST_WIDGETS, WhatIfPanel
 from tests.conftest import EXAMPLES_DIR
 from tests.tiny import PROMPTS
 
@@ -145,12 +150,6 @@ def test_the_figure_draws_bounds_apart_and_escapes_token_text(ddd_run):
 def test_a_rule_the_race_measured_is_shown_replayed_on_its_own_run_first(ddd_run, cost_run):
     """Replaying the DDD run, the cost rule at the race's own costs: its own run's prediction beside its measurement
     comes before the prediction from DDD's record, which may be an upper estimate."""
-    from types import SimpleNamespace
-
-    from components import Race
-    from explorer.layout import Ui
-    from explorer.whatif import WhatIfPanel
-
     ui = Ui(whatif_chart=object(), whatif_note=object())
     session = SimpleNamespace(race=Race(traces={"ddd": ddd_run, "cost": cost_run}))
     note = WhatIfPanel(ui).replay("ddd", DDD["threshold"], DDD["check_steps"], *COSTS.values(), session)
@@ -161,3 +160,24 @@ def test_a_rule_the_race_measured_is_shown_replayed_on_its_own_run_first(ddd_run
              f"per token 0.01: {readable(own.tokens_per_s)} decode tokens/s predicted beside "
              f"{readable(own.measured_tokens_per_s)} measured.")
     assert first in text and text.index(first) < text.index("Recorded DDD run")
+
+
+def panel_ui() -> Ui:
+    """The what-if panel's outputs, by name (stand-ins: the callbacks use them as keys)."""
+    return Ui(**{name: object() for name in [*COST_WIDGETS, "whatif_chart", "whatif_note"]})
+
+
+def test_a_gpu_puts_the_projections_costs_for_the_races_pair_on_zerogpus_gpu_on_the_sliders():
+    ui, race = panel_ui(), load_race(EXAMPLES_DIR / "maths.json")
+    out = WhatIfPanel(ui).preset("gpu", "ddd", -0.3, "5,7,9", *COSTS.values(), SimpleNamespace(race=race))
+    projected = zerogpu_costs(race.get("ddd"))
+    assert [out[ui[name]] for name in COST_WIDGETS] == [projected.draft_cost, projected.verify_base,
+                                                        projected.verify_cost]
+
+
+def test_a_gpu_leaves_the_costs_as_they_were_for_a_pair_the_projection_lacks(ddd_run):
+    ui = panel_ui()
+    out = WhatIfPanel(ui).preset("gpu", "ddd", -0.3, "all", *COSTS.values(),
+                                 SimpleNamespace(race=Race(traces={"ddd": ddd_run})))
+    assert "has none, so the costs stay as they were" in out[ui["whatif_note"]]["value"]
+    assert all(out[ui[name]] == gr.skip() for name in COST_WIDGETS)

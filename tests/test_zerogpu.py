@@ -9,19 +9,25 @@ import importlib
 import sys
 import time
 from pathlib import Path
+from types import SimpleNamespace
 
 import pytest
 from transformers import LlamaConfig
 
+import app
 import explorer.choosing
 import explorer.models
+import explorer.page
 import explorer.racing
 from app import EXAMPLES_DIR
-from ddd.catalog import ModelPair, model_config, needed_bytes
+from ddd.bench.projection import ZEROGPU, project
+from ddd.catalog import PAIRS, ModelPair, model_config, needed_bytes
 from ddd.trace import RunTrace, Step
 from explorer.choosing import OTHER, menu_items
+from explorer.deploy import space_race
 from explorer.examples import ExampleShelf
-from explorer.gputime import VISITOR_QUOTA_S, GpuTime, ask_for
+from explorer.gputime import (DURATION_FACTOR, SPACE_RACES, VISITOR_QUOTA_S, GpuTime, ask_for, counted, races_a_day,
+                              shows_effect)
 from explorer.models import ModelChoice, ModelConfig, Models
 from explorer.page import build_page
 from explorer.presets import GPU_PRESET, MEASURED, PRESET_FIELDS
@@ -62,7 +68,8 @@ def test_a_race_crosses_to_the_gpu_process_and_back_as_plain_data(zero_page, spa
     traces = session.race.traces
     assert list(traces) == ["plain", "eagle2", "ddd"] and len({t.text for t in traces.values()}) == 1
     assert "×" in frames[-1]["headline"] and frames[-1]["summary"] is not None
-    assert [c.outcome for c in spaces.calls] == ["done"] and spaces.ledger.used("visitor") == spaces.calls[0].used
+    assert [c.outcome for c in spaces.calls] == ["done"]
+    assert spaces.ledger.used("visitor") == spaces.calls[0].used * spaces.DURATION_FACTOR  # as ZeroGPU counts it
 
 
 def test_the_time_a_race_asks_for_grows_with_the_work_asked_for(zero_page, spaces):
@@ -74,14 +81,16 @@ def test_the_time_a_race_asks_for_grows_with_the_work_asked_for(zero_page, space
 
 
 def test_a_race_asks_for_what_the_same_race_took_times_the_margin(zero_page, spaces):
-    """The ask is MARGIN x the time predicted from the races before, plus SLACK_S: for the same race again, what
-    that race used (its per-token pace carried one token further, the prefill's token)."""
+    """What ZeroGPU schedules (the duration asked for x the duration factor) is MARGIN x the time predicted from the
+    races before, plus SLACK_S: for the same race again, what that race used (its per-token pace carried one token
+    further, the prefill's token)."""
     for _ in range(2):
         race_frames(zero_page, "one two three", Session())
     first, second = spaces.calls
     assert first.outcome == second.outcome == "done"
+    assert second.scheduled == round(second.asked * spaces.DURATION_FACTOR) == counted(second.asked)
     # The page times the call from a little before the GPU process starts to a little after it ends: a second.
-    assert first.used <= second.asked <= ask_for(first.used * (1 + 1 / (RACE_SETTINGS[0] - 1)) + 1)
+    assert first.used <= second.scheduled <= counted(ask_for(first.used * (1 + 1 / (RACE_SETTINGS[0] - 1)) + 1))
 
 
 def gpu_race(seconds_per_token: dict[str, float], tokens: int = 128, tokens_per_step: dict[str, int] | None = None,
@@ -97,20 +106,72 @@ def gpu_race(seconds_per_token: dict[str, float], tokens: int = 128, tokens_per_
     return traces
 
 
+def charged_races(spaces, gpu: GpuTime, key, tokens: int, seconds: float) -> int:
+    """Races of `tokens` new tokens, each using `seconds`, that the stand-in lets a visitor who is not logged in start
+    in a day: each asks for what `gpu` sizes, scheduled and charged as the stand-in counts ZeroGPU's time (x its
+    duration factor)."""
+    ledger, races = spaces.Ledger(VISITOR_QUOTA_S), 0
+    while round(gpu.ask(key, METHODS, tokens) * spaces.DURATION_FACTOR) <= ledger.left("visitor")[0]:
+        ledger.charge("visitor", seconds * spaces.DURATION_FACTOR)
+        races += 1
+    return races
+
+
 def test_ten_default_races_fit_a_visitors_quota_at_the_gpus_pace(spaces):
     """At the pace ZeroGPU showed for the default pair (a default race used about 7 s: plain 20 ms a token, the
     speculative columns about 3 tokens a 30 ms step), a visitor who is not logged in races at least ten default
-    races before the first refusal, and a 512-token race fits a full quota."""
+    races before the first refusal, counted as ZeroGPU counts them, and a 512-token race fits a full quota."""
     gpu, key = GpuTime(), ("model", "head", "float16")
     race = gpu_race({"plain": 0.02, "eagle2": 0.01, "ddd": 0.01}, tokens_per_step={"eagle2": 3, "ddd": 3})
     used = sum(s.ms for t in race.values() for s in t.steps) / 1000 + 2.0  # and 2 s to start the GPU process
     gpu.record(key, race, used)
-    ledger, races = spaces.Ledger(VISITOR_QUOTA_S), 0
-    while gpu.ask(key, METHODS, 128) <= ledger.left("visitor")[0]:
-        ledger.charge("visitor", used)
-        races += 1
-    assert races >= 10
-    assert gpu.ask(key, METHODS, 512) <= VISITOR_QUOTA_S
+    assert charged_races(spaces, gpu, key, 128, used) >= 10
+    assert counted(gpu.ask(key, METHODS, 512)) <= VISITOR_QUOTA_S
+
+
+def test_the_space_opens_on_vicuna_the_first_pair_whose_projection_shows_the_papers_effect():
+    """The default small pair is bound by launching its operations on ZeroGPU's GPU: speculation gains little there.
+    Vicuna-7B with its EAGLE head, the DDD paper's own setting and not gated, shows the papers' effect."""
+    race = space_race()
+    assert race.projection.pair is PAIRS[1] and not race.projection.pair.gated and shows_effect(race.projection)
+    assert not shows_effect(project(PAIRS[0], ZEROGPU))
+
+
+def test_at_the_projected_time_a_visitor_who_is_not_logged_in_races_eight_default_races_a_day(spaces):
+    """The Space's default race (its pair and new tokens, its GPU time projected until the Space times one), asked for
+    and charged as the stand-in counts ZeroGPU's time: at least SPACE_RACES of them before the first refusal."""
+    race, key = space_race(), ("lmsys/vicuna-7b-v1.3", "yuhuili/EAGLE-Vicuna-7B-v1.3", "float16")
+    gpu = GpuTime({key: race.pace})
+    races = charged_races(spaces, gpu, key, race.tokens, race.seconds)
+    assert races >= SPACE_RACES == 8 and races == races_a_day(race.pace, METHODS, race.tokens)
+    assert not gpu.pace(key).timed and race.tokens >= 128  # a race long enough to show the effect
+
+
+def test_the_page_names_the_default_races_time_as_zerogpu_counts_it():
+    race = space_race()
+    words = race.words()
+    assert race.projection.pair.label in words and f"A race of {race.tokens} new tokens" in words
+    assert (f"about {race.seconds:.0f} s of GPU time, {race.seconds * DURATION_FACTOR:.0f} s as ZeroGPU counts it "
+            "(the time requested x 1.5") in words
+    assert f"{races_a_day(race.pace, METHODS, race.tokens)} such races" in words
+
+
+def test_a_zero_gpu_space_opens_on_the_pair_it_picked_and_offers_the_others_beside_it(spaces, tiny_llama_dir,
+                                                                                      tiny_qwen_dir, monkeypatch):
+    """Tiny local models stand in for the pair the projection picks and for the small pair."""
+    picked = ModelPair("tiny llama (as the picked pair)", str(tiny_llama_dir), "random", gpu_only=True)
+    small = ModelPair("tiny qwen (as the small pair)", str(tiny_qwen_dir), "random")
+    monkeypatch.setattr(app, "PAIRS", [small, picked])
+    monkeypatch.setattr(explorer.choosing, "PAIRS", [small, picked])
+    monkeypatch.setattr(app, "space_race", lambda: SimpleNamespace(projection=SimpleNamespace(pair=picked)))
+    monkeypatch.setattr(ModelChoice, "check", lambda choice: None)  # a path stands in for a hub id
+    models, others = app.zero_gpu_models(ModelConfig(dtype="float32"))
+    assert others == [ModelChoice(small.model, small.head)] and models.pinned_choice(others[0])
+    page = build_page(models, ExampleShelf(EXAMPLES_DIR))
+    assert menu_items(models).chosen == picked.label
+    session = Session()
+    race_frames(page, "the cat sat", session, with_tokens(8))
+    assert {t.model for t in session.race.traces.values()} == {picked.model}
 
 
 def test_a_visitors_race_replaces_the_start_ups_timing_and_the_slowest_visitors_race_counts():
@@ -137,6 +198,7 @@ def test_a_race_over_the_quota_left_is_refused_in_words_and_the_page_stays_usabl
     frames = race_frames(zero_page, "the cat sat", session)
     text = message_of(frames[-1])
     assert "ZeroGPU refused this race" in text and "2 s left today" in text and "Log in to Hugging Face" in text
+    assert "as ZeroGPU counts it (the time requested x 1.5" in text
     assert "no race of these methods fits" in text and "refills in" in text
     assert session.race is None and not session.busy and spaces.calls[-1].outcome == "refused"
     # What the refusal said is kept: the next Run is answered before any GPU time is asked for.
@@ -288,3 +350,17 @@ def test_a_pair_the_space_did_not_load_is_refused_naming_what_it_offers(pinned_p
     out = page.ui.named(page.menu.choose(label, "tiny-org/tiny-llama", "random", session))
     assert f"offers only those: {pairs[0].label}; {pairs[1].label}." in message_of(out)
     assert session.choice is None and models.loaded_bytes() == loaded
+
+
+def test_the_zero_gpu_page_says_why_it_races_its_pair_and_starts_at_its_default_races_tokens(spaces, llama,
+                                                                                            llama_head, monkeypatch):
+    """The tiny pair stands in for the pair the projection picked: the page's intro says why that pair and what its
+    race costs as ZeroGPU counts it, and max new tokens starts at the default race's."""
+    race = space_race()
+    monkeypatch.setattr(explorer.page, "space_races", lambda models: {models.key(None): race})
+    models = Models(ModelConfig(model="tiny", head="tiny", dtype="float32"))
+    models.install(llama, llama_head)
+    page = build_page(models, ExampleShelf(EXAMPLES_DIR))
+    intro = next(block.value for block in page.demo.blocks.values() if getattr(block, "elem_id", None) == "intro")
+    assert race.words() in intro and page.ui["max_new_tokens"].value == race.tokens
+    assert page.runner.gpu.pace(models.key(None)) == race.pace  # asked from the projection until timed

@@ -33,11 +33,10 @@ from ddd.costs import StepCosts, fit_verify, steps_of
 from ddd.engine import encode_prompt, generate
 from ddd.head import DraftHead, HeadLoadError
 from ddd.numbers import readable
-from ddd.ops import PHASES
 from ddd.models import ModelLoadError, Target, load_target
 from ddd.settings import (BEAM_WIDTH, COST_SETTINGS, DRAFT_CALLS, TOTAL_TOKENS, DDDSettings, Eagle2Settings,
                           SettingsError, add_argument, argument_type)
-from ddd.trace import Step
+from ddd.trace import PHASES, Step
 from ddd.tree import DraftTree
 from ddd.whatif import accepted_within, ddd_depth, kept_nodes
 

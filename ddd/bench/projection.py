@@ -35,9 +35,10 @@ from ddd.costs import StepCosts
 from ddd.eagle3 import new_eagle3_head
 from ddd.engine import generate
 from ddd.head import for_target, new_head
-from ddd.models import load_target
+from ddd.models import DEFAULT_HUB_ID, DEFAULT_MODEL, Target, load_target
 from ddd.numbers import readable
 from ddd.settings import CHECK_STEPS, METHOD_DECLARATIONS
+from ddd.trace import RunTrace
 
 METHODS = ("plain", "eagle2", "ddd")
 WEIGHT_BYTES = 2  # 16-bit weights and KV cache, as the papers and ZeroGPU (float16) run them
@@ -103,7 +104,7 @@ TAUS = {
 TINY_VOCAB = 64  # at least the beam width: a draft call takes the beam's best tokens
 TINY_HEADS = 4
 PROMPT = list(range(1, 9))
-COUNTED_TOKENS = 12  # a random head is accepted almost never: about one step per token
+COUNTED_TOKENS = 8  # a random head is accepted almost never: about one step per token
 
 
 @dataclass(frozen=True)
@@ -117,7 +118,7 @@ class MethodOps:
     prefill: float  # the prompt's forward
 
 
-def _tiny_target(folder: str, layers: int, grouped: bool) -> Any:
+def _tiny_target(folder: str, layers: int, grouped: bool) -> Target:
     """A random Llama target with `layers` layers (attention grouped or not), loaded as any model directory is."""
     words = Tokenizer(WordLevel({f"t{i}": i for i in range(TINY_VOCAB)}, unk_token="t0"))
     PreTrainedTokenizerFast(tokenizer_object=words, unk_token="t0").save_pretrained(folder)
@@ -133,7 +134,18 @@ def counted_ops(layers: int, grouped: bool, head_kind: str, own_vocab: bool,
                 tree: tuple[tuple[str, Any], ...]) -> dict[str, MethodOps]:
     """Each method's operations per step on a tiny random pair: `layers` target layers, grouped attention or not, a
     head of `head_kind` drafting over its own smaller vocabulary or the target's, at the tree settings `tree`.
-    float32 on the CPU runs the native kernels a GPU runs in 16 bits (ddd/precision.py)."""
+    float32 on the CPU runs the native kernels a GPU runs in 16 bits (ddd/precision.py). One thread: a tiny model's
+    operations are too small to share, and the counts do not depend on it."""
+    threads = torch.get_num_threads()
+    torch.set_num_threads(1)
+    try:
+        return _count(layers, grouped, head_kind, own_vocab, tree)
+    finally:
+        torch.set_num_threads(threads)
+
+
+def _count(layers: int, grouped: bool, head_kind: str, own_vocab: bool,
+           tree: tuple[tuple[str, Any], ...]) -> dict[str, MethodOps]:
     with tempfile.TemporaryDirectory() as folder:
         target = _tiny_target(folder, layers, grouped)
         draft_vocab = torch.arange(TINY_VOCAB // 2) if own_vocab else None
@@ -233,9 +245,9 @@ class PairProjection:
     def seconds_per_token(self, method: str) -> float:
         return 1 / self.methods[method].tokens_per_s
 
-    def prefill_s(self, method: str, prompt_tokens: int) -> float:
-        return phase_seconds(self.nbytes.target + self.nbytes.kv_per_token * prompt_tokens,
-                             self.prefill_ops[method], self.gpu)
+    def prefill_s(self, method: str) -> float:
+        """The prompt's forward: the weights read once (a prompt's tokens go through them together)."""
+        return phase_seconds(self.nbytes.target, self.prefill_ops[method], self.gpu)
 
     def costs(self) -> StepCosts:
         """The cost rule's costs here, in plain steps (ddd.costs.StepCosts): a draft call; a tree forward (with the
@@ -266,6 +278,14 @@ def project(pair: ModelPair, gpu: Gpu) -> PairProjection:
                                            counted.other * LAUNCH_S)
     return PairProjection(pair, gpu, methods, phase_seconds(nbytes.call, ops["eagle2"].per_call, gpu),
                           {m: ops[m].prefill for m in METHODS}, nbytes)
+
+
+def zerogpu_costs(run: RunTrace) -> StepCosts | None:
+    """The cost rule's costs on ZeroGPU's GPU for a recorded run's pair: the projection's for the catalog's pair of
+    its target and head kind; None for a pair the catalog lacks."""
+    pair = next((p for p in PAIRS if run.model in ((p.model,) if p.model else (DEFAULT_MODEL, DEFAULT_HUB_ID))
+                 and run.head_kind == head_shape(p)[0]), None)
+    return project(pair, ZEROGPU).costs() if pair else None
 
 
 def projections(pairs: list[ModelPair] = PAIRS, gpus: tuple[Gpu, ...] = GPUS) -> list[PairProjection]:

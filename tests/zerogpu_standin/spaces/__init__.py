@@ -1,11 +1,15 @@
 """A stand-in for ZeroGPU's `spaces` package, the only ZeroGPU the project can test on. As ZeroGPU does (hub-docs,
-spaces-zerogpu), `GPU(duration=...)` runs the function in a forked process, its arguments and every value it returns
-or yields pickled; a call is refused when the duration it asks for exceeds what is left of the visitor's daily
-quota ("You have exceeded your GPU quota (Xs requested vs. Ys left)"); the time a call uses is deducted; a call that
-outlives its duration is ended ("GPU task aborted"). Both raise gr.Error, in the caller's process, as ZeroGPU does.
+spaces-zerogpu; the `spaces` package 0.51.3), `GPU(duration=...)` runs the function in a forked process, its arguments
+and every value it returns or yields pickled; the duration asked for is scheduled times the GPU's duration factor
+(zero/client.py get_duration_seconds: 1.5 on the RTX PRO 6000 at the default size, zero/configs.json); a call is
+refused when that exceeds what is left of the visitor's daily quota ("You have exceeded your ZeroGPU quota (Xs
+requested vs. Ys left)", X the scheduled seconds); the time a call uses is deducted, counted times the factor too;
+a call that outlives its scheduled time is ended ("GPU task aborted"). Both raise gr.Error, in the caller's
+process, as ZeroGPU does.
 
 The visitor is the Gradio request's client; a call outside any request (the app's start-up) is charged to nobody.
-SPACES_QUOTA_S sets the daily quota (default 120, a visitor who is not logged in); SPACES_LEDGER names a JSON file
+SPACES_QUOTA_S sets the daily quota (default 120, a visitor who is not logged in), SPACES_DURATION_FACTOR the duration
+factor (default 1.5); SPACES_LEDGER names a JSON file
 that keeps what each visitor used (so that a test can read it, or start a visitor part-way through their day); while
 the file SPACES_SLOW_FILE names exists, the GPU process waits the seconds it holds before sending each value (a GPU
 slower than the races before showed: how a test makes a call outlive its duration).
@@ -32,6 +36,7 @@ import torch
 
 DEFAULT_DURATION_S = 60
 DAY_S = 86400
+DURATION_FACTOR = float(os.environ.get("SPACES_DURATION_FACTOR", 1.5))
 
 
 @dataclass
@@ -39,7 +44,8 @@ class Call:
     """One GPU call as the stand-in saw it (tests read `calls`)."""
 
     visitor: str | None
-    asked: int
+    asked: int  # the duration the function asked for
+    scheduled: int  # what ZeroGPU schedules and weighs against the quota: asked x DURATION_FACTOR
     used: float = 0.0
     outcome: str = "running"  # "done", "refused", "aborted", "failed", "closed" (the caller stopped reading)
 
@@ -128,16 +134,17 @@ def _child(conn: Any, task: Callable, payload: bytes, slow_s: float) -> None:
 
 def _run(task: Callable, duration: Any, args: tuple, kwargs: dict):
     """Schedule one call (refusing it over the quota), fork its process, and stream back what it sends."""
-    asked = round(duration(*args, **kwargs) if callable(duration) else (duration or DEFAULT_DURATION_S))
+    asked = int(duration(*args, **kwargs) if callable(duration) else (duration or DEFAULT_DURATION_S))
+    scheduled = round(asked * DURATION_FACTOR)
     visitor = current_visitor()
-    call = Call(visitor, asked)
+    call = Call(visitor, asked, scheduled)
     calls.append(call)
     if visitor is not None:
         left, refill = ledger.left(visitor)
-        if asked > left:
+        if scheduled > left:
             call.outcome = "refused"
-            print(f"ZeroGPU stand-in: {visitor} asked {asked} s, {left} s left: refused", flush=True)
-            raise gr.Error(f"You have exceeded your GPU quota ({asked}s requested vs. {left}s left). "
+            print(f"ZeroGPU stand-in: {visitor} asked {scheduled} s, {left} s left: refused", flush=True)
+            raise gr.Error(f"You have exceeded your ZeroGPU quota ({scheduled}s requested vs. {left}s left). "
                            f"Try again in {refill}.", title="ZeroGPU quota exceeded", print_exception=False)
     payload = pickle.dumps((args, kwargs))  # what cannot cross to a GPU process fails here, as on ZeroGPU
     receive, send = multiprocessing.Pipe(duplex=False)
@@ -148,7 +155,7 @@ def _run(task: Callable, duration: Any, args: tuple, kwargs: dict):
     send.close()
     try:
         while True:
-            if not receive.poll(max(start + asked - time.monotonic(), 0)):
+            if not receive.poll(max(start + scheduled - time.monotonic(), 0)):
                 call.outcome = "aborted"
                 raise gr.Error("GPU task aborted", title="ZeroGPU worker error", print_exception=False)
             try:
@@ -169,11 +176,11 @@ def _run(task: Callable, duration: Any, args: tuple, kwargs: dict):
         process.kill()
         process.join()
         receive.close()
-        call.used = min(time.monotonic() - start, asked)
+        call.used = min(time.monotonic() - start, scheduled)
         if visitor is not None:
-            ledger.charge(visitor, call.used)
-        print(f"ZeroGPU stand-in: {visitor or 'start-up'} asked {asked} s, used {call.used:.2f} s: {call.outcome}",
-              flush=True)
+            ledger.charge(visitor, call.used * DURATION_FACTOR)
+        print(f"ZeroGPU stand-in: {visitor or 'start-up'} asked {asked} s ({scheduled} s scheduled), used "
+              f"{call.used:.2f} s: {call.outcome}", flush=True)
 
 
 def GPU(task: Callable | None = None, *, duration: Any = None, **_: Any) -> Any:  # noqa: N802 - ZeroGPU's name
