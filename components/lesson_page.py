@@ -109,6 +109,7 @@ nav a[aria-current="true"] { background: #7c3aed; color: #fff; border-color: #7c
 <div id="intro"><!--@INTRO@--></div>
 <nav aria-label="chapters"><ol id="chapters"></ol></nav>
 <article class="chapter" id="chapter">
+  <p id="link-note" role="status" hidden></p>
   <h2 id="chapter-title"></h2>
   <div id="chapter-text"></div>
   <div id="chapter-figure" class="figure"></div>
@@ -143,8 +144,16 @@ nav a[aria-current="true"] { background: #7c3aed; color: #fff; border-color: #7c
   });
 
   function wanted() {
-    const name = decodeURIComponent(window.location.hash.slice(1));
+    // Any link opens a chapter: a name that is not one (or not even a well-formed escape) opens the first, and
+    // the page says so.
+    const raw = window.location.hash.slice(1);
+    let name = raw;
+    try { name = decodeURIComponent(raw); } catch (error) { name = raw; }
     const found = chapters.findIndex((c) => c.anchor === name);
+    const note = $("link-note");
+    note.hidden = !raw || found >= 0;
+    note.textContent = note.hidden ? "" : "This lesson has no chapter called \u201c" + name.slice(0, 80)
+      + "\u201d: here is chapter 1.";
     return found < 0 ? 0 : found;
   }
 

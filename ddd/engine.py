@@ -104,12 +104,18 @@ def chain_end(pool: dict[str, torch.Tensor], last: int, bonus: int, in_draft_voc
     return "not_drafted"
 
 
-def _keep_cache(cache: DynamicCache, past: int, kept: torch.Tensor) -> None:
-    """Keep the first `past` entries plus the tree entries `kept` (ascending), contiguously. The kept entries move
-    down in place and the rest is cut off as a view: a step copies the accepted path, not the whole prefix, in three
-    operations a layer's keys or values (a GPU pays for each operation it launches)."""
-    source, end = past + kept, past + kept.numel()
-    target = torch.arange(past, end, device=kept.device)
+def _keep_cache(cache: DynamicCache, past: int, kept: list[int], device: torch.device) -> None:
+    """Keep the first `past` entries plus the tree entries `kept` (ascending), contiguously. Entries already in
+    place (the path's first nodes where they lead the tree: the root, its first child, ...) stay; the others move
+    down in place and the rest is cut off as a view: a step copies at most the accepted path, never the prefix,
+    in three operations a layer's keys or values, or one where nothing moves (a GPU pays for each operation)."""
+    end = past + len(kept)
+    if kept == list(range(len(kept))):
+        for layer in cache.layers:
+            layer.keys, layer.values = layer.keys.narrow(2, 0, end), layer.values.narrow(2, 0, end)
+        return
+    source = torch.tensor(kept, device=device) + past
+    target = torch.arange(past, end, device=device)
     for layer in cache.layers:  # the gather copies before the write: overlaps are safe
         layer.keys = layer.keys.index_copy_(2, target, layer.keys.index_select(2, source)).narrow(2, 0, end)
         layer.values = layer.values.index_copy_(2, target, layer.values.index_select(2, source)).narrow(2, 0, end)
@@ -260,8 +266,8 @@ class Generation:
                 acceptance = self._accept(draft, TreeLogits(hidden, model.lm_head), generator)
                 verified = self._sync()
                 ops.verify = self._ops_since()
+                _keep_cache(cache, past, acceptance.path, device)
                 path = torch.tensor(acceptance.path, device=device)
-                _keep_cache(cache, past, path)
                 accepted_tokens = draft.tree.tokens[path[1:]].tolist()
                 pending_features = torch.cat((pending_features, features[path]))
                 pending_next = pending_next + accepted_tokens + [acceptance.bonus]

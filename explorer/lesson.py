@@ -15,6 +15,7 @@ from plotly.offline import get_plotlyjs
 from components import RaceFileError
 from components.lesson import TITLES, Chapter, Lesson, LessonError, build_lesson, lesson_race
 from components.lesson_page import lesson_html
+from components.tokens import excerpt, markdown_literal
 from ddd.bench.projection import zerogpu_costs
 from ddd.settings import THRESHOLD
 
@@ -96,15 +97,16 @@ class LessonPanel:
     def open(self, number: Any) -> dict:
         return self._show(number)
 
-    def _show(self, number: Any) -> dict:
-        """The panel shown at chapter `number`, with the hand-out file."""
+    def _show(self, number: Any, note: str = "") -> dict:
+        """The panel shown at chapter `number`, with the hand-out file (`note`: a line above the lesson's intro)."""
         ui = self.ui
         lesson, why, handout = self._lesson()
         if lesson is None:
             return {ui["lesson"]: gr.update(visible=True), ui["lesson_title"]: why, ui["lesson_chapter"]: gr.skip(),
                     ui["lesson_file"]: gr.update(visible=False), **{ui[n]: gr.skip() for n in CHAPTER_OUTPUTS}}
         chapter = _chapter(lesson, number)
-        return {ui["lesson"]: gr.update(visible=True), ui["lesson_title"]: f"## {lesson.title}\n{lesson.intro}",
+        note = f"*{note}*\n\n" if note else ""
+        return {ui["lesson"]: gr.update(visible=True), ui["lesson_title"]: f"{note}## {lesson.title}\n{lesson.intro}",
                 ui["lesson_chapter"]: chapter.number, ui["lesson_file"]: handout, **self._views(chapter)}
 
     def chapter(self, number: Any) -> dict:
@@ -148,7 +150,11 @@ class LessonPanel:
         query = dict(request.query_params) if request is not None else {}
         out: dict = {ui[n]: gr.skip() for n in LINK_OUTPUTS}
         if "chapter" in query:
-            out.update(self._show(query["chapter"]))
+            asked = query["chapter"]
+            known = str(_number(asked)) == str(asked).strip()
+            out.update(self._show(asked, "" if known else
+                                  f"This lesson has no chapter {markdown_literal(excerpt(str(asked), 40))}: its chapters "
+                                  f"are 1 to {len(TITLES)}, and here is chapter 1."))
         titles = {path.stem: title for title, path in self.shelf.files().items()}
         stem = query.get("example")
         if stem in titles:

@@ -166,7 +166,10 @@ def test_head_runner_drops_tree_nodes_from_its_cache(llama, llama_head):
     assert runner.context_length == 6
 
 
-def test_the_target_cache_keeps_the_prefix_and_the_accepted_nodes_in_order():
+@pytest.mark.parametrize("kept, want", [([0, 2, 5], [0, 1, 2, 3, 4, 6, 9]),  # moved down
+                                        ([0, 1], [0, 1, 2, 3, 4, 5]),  # already in place: only cut
+                                        ([0], [0, 1, 2, 3, 4])])
+def test_the_target_cache_keeps_the_prefix_and_the_accepted_nodes_in_order(kept, want):
     from transformers import DynamicCache
 
     from ddd.engine import _keep_cache
@@ -175,12 +178,12 @@ def test_the_target_cache_keeps_the_prefix_and_the_accepted_nodes_in_order():
     for layer in range(2):  # entry i of layer l holds 10 * l + i, so every move is visible
         entries = (10.0 * layer + torch.arange(past + 6.0)).expand(1, 2, -1)[..., None].expand(-1, -1, -1, 3)
         cache.update(entries.clone(), -entries, layer)
-    _keep_cache(cache, past, torch.tensor([0, 2, 5]))
+    _keep_cache(cache, past, kept, torch.device("cpu"))
     for layer in range(2):
-        want = 10.0 * layer + torch.tensor([0.0, 1, 2, 3, 4, 6, 9])
-        assert torch.equal(cache.layers[layer].keys[0, 1, :, 0], want)
-        assert torch.equal(cache.layers[layer].values[0, 0, :, 2], -want)
-    assert cache.get_seq_length() == past + 3
+        expected = 10.0 * layer + torch.tensor(want, dtype=torch.float32)
+        assert torch.equal(cache.layers[layer].keys[0, 1, :, 0], expected)
+        assert torch.equal(cache.layers[layer].values[0, 0, :, 2], -expected)
+    assert cache.get_seq_length() == past + len(kept)
 
 
 @pytest.mark.parametrize("precision", ["bfloat16", "float16", "int8"])

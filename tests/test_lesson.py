@@ -111,3 +111,21 @@ def test_the_cost_rule_chapter_prices_its_tree_on_a_gpu_at_the_costs_it_is_given
     assert "on ZeroGPU's GPU as the project's GPU projection prices this pair (a draft call 0.08, a tree forward " \
            "0.14 more than a one-token one, each verified token 0: projected, not measured)" in text
     assert "ZeroGPU" not in build_lesson(shipped[1], shipped[0], None).chapters[5].text
+
+
+class _Link:
+    def __init__(self, **query):
+        self.query_params = query
+
+
+@pytest.mark.parametrize("asked", ["0", "8", "-1", "abc", "[x](javascript:alert(1))"])
+def test_a_link_to_a_chapter_the_lesson_lacks_says_so_and_opens_the_first(page, asked):
+    out = page.ui.named(page.lesson.from_link(_Link(chapter=asked)))
+    assert out["lesson_chapter"] == 1
+    assert "This lesson has no chapter" in out["lesson_title"] and "here is chapter 1" in out["lesson_title"]
+    assert "](" not in out["lesson_title"].split("## ")[0].replace("\\]\\(", "")  # the asked text is no link
+
+
+def test_a_link_to_a_chapter_opens_it_without_a_note(page):
+    out = page.ui.named(page.lesson.from_link(_Link(chapter="4")))
+    assert out["lesson_chapter"] == 4 and "no chapter" not in out["lesson_title"]

@@ -120,6 +120,11 @@ def test_the_apps_lesson_panel(app_server, tmp_path):
         browser.send("Page.navigate", {"url": handout.as_uri() + "#chapter-6"})
         browser.wait_for(f"{text_of('chapter-title')}.startsWith('6. ')", 30, "the hand-out's chapter 6")
         browser.wait_for("document.querySelectorAll('#chapter-figure .trace').length > 0", 30, "its figure")
+        # A malformed link opens chapter 1 and says so (decodeURIComponent would throw on it).
+        for broken in ("#%", "#%E0%A4%A", "#chapter-9"):
+            browser.send("Page.navigate", {"url": handout.as_uri() + broken})
+            browser.wait_for(f"{text_of('chapter-title')}.startsWith('1. ')", 30, f"chapter 1 for {broken}")
+            browser.wait_for(f"{text_of('link-note')}.includes('no chapter called')", 30, f"the note for {broken}")
         browser.send("Network.emulateNetworkConditions", {"offline": False, "latency": 0, "downloadThroughput": -1,
                                                           "uploadThroughput": -1})
         # A chapter's link opens the lesson there.
