@@ -10,7 +10,6 @@ from pathlib import Path
 import pytest
 
 from explorer.models import ModelConfig, Models
-from tests.tiny import save_tiny_model
 
 ROOT = Path(__file__).resolve().parents[1]
 SWITCHES = ["int8", "float32", "float16", "bfloat16"]
