@@ -20,7 +20,7 @@ from pathlib import Path  # noqa: E402
 
 import gradio as gr  # noqa: E402
 
-from components.runfile import LIMITS
+from components.jsonfile import LIMITS
 from components.views import CSS
 from ddd.catalog import PAIRS
 from ddd.settings import PRECISIONS
@@ -51,7 +51,7 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
                         help="record the example races into assets/examples (or DDD_EXAMPLES) and exit")
     parser.add_argument("--export-space", nargs=2, metavar=("KIND", "DIR"),
                         help="write DIR (new or empty) as a Hugging Face Space of KIND: zerogpu, cpu or static, "
-                             "and exit (README: Deploy)")
+                             "and exit (docs/deploy.md)")
     return parser.parse_args(argv)
 
 

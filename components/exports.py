@@ -1,7 +1,7 @@
 """Race files offered for download: gzipped, in one folder, removed when old or too many.
 
 Every finished race is offered as a file, and Gradio copies each file it serves into its own cache; a race at
-the widest tree settings is tens of MB of JSON (README: the app, Limits). Without cleanup both folders only grow, so this
+the widest tree settings is tens of MB of JSON (docs/app.md, Limits). Without cleanup both folders only grow, so this
 keeps few of its own files and asks Gradio (CACHE_CLEANUP, given to gr.Blocks) to drop its old copies.
 """
 from __future__ import annotations

@@ -68,7 +68,7 @@ def checked(setting: Setting, value: Any) -> Any:
 class PromptLimit:
     """How many prompt tokens one race may read on a device. On a CPU a prefill's cost grows with the square of
     the prompt and a race reads the prompt once per method, so the limit keeps reading below the decoding at the
-    default length; a GPU reads thousands of tokens in a fraction of that (README: the app, Limits)."""
+    default length; a GPU reads thousands of tokens in a fraction of that (docs/app.md, Limits)."""
 
     prompt_tokens: int
     why: str

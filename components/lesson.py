@@ -23,9 +23,11 @@ from ddd.trace import RunTrace, Step
 from ddd.whatif import ddd_whatif, own_costs
 
 from .charts import depth_figure, timeline_figure
+from .lesson_reading import (accepted_texts, bonus_words, counted, decode_steps, first_detour, machine_words, median_of,
+                             number_choices, tau_of, varied_threshold, verified_of)
 from .narration import candidates_drafted, why_depth
 from .race import METHOD_LABELS, Race
-from .tokens import markdown_literal, quoted
+from .tokens import markdown_literal
 from .tree import tree_figure
 from .verdict import SMALLEST_CALLED, decode_tokens_per_s, speed_ratio, too_close, verdict
 from .views import source_name
@@ -36,7 +38,6 @@ TITLES = ("Why plain decoding is slow", "Draft and verify", "Trees: more guesses
           "EAGLE-2: a tree that follows the probabilities", "DDD: how deep to draft",
           "The cost rule: tokens per unit of time", "Measuring honestly")
 FIGURE_HEIGHT = 440
-THRESHOLD_STEP = 0.05  # the what-if panel's threshold slider steps by this much
 
 
 # A run's pair's costs on ZeroGPU's GPU, in plain steps (None: not projected): ddd.bench.projection.zerogpu_costs,
@@ -105,7 +106,7 @@ def lesson_race(races: Iterable[tuple[str, Race]]) -> tuple[str, Race] | None:
 def build_lesson(race: Race, example: str, gpu: StepCosts | None) -> Lesson:
     """The seven chapters of `race` (the shipped example `example`); `gpu`: the cost rule's costs for the race's pair
     on ZeroGPU's GPU as the GPU projection has them (None: the projection lacks the pair)."""
-    missing = [METHOD_LABELS[m] for m in LESSON_METHODS if not _decode(race.get(m))]
+    missing = [METHOD_LABELS[m] for m in LESSON_METHODS if not decode_steps(race.get(m))]
     if missing:
         needed = ", ".join(METHOD_LABELS[m] for m in LESSON_METHODS)
         raise LessonError(f"The lesson needs a race with a decoded run of each of {needed}; this one lacks "
@@ -130,7 +131,7 @@ def build_lesson(race: Race, example: str, gpu: StepCosts | None) -> Lesson:
 
 def _slow(race: Race) -> Chapter:
     plain = race.traces["plain"]
-    steps = _decode(plain)
+    steps = decode_steps(plain)
     forwards, tokens = len(steps), sum(len(s.token_ids) for s in steps)
     prefill = next((s for s in plain.steps if s.prefill), None)
     median = statistics.median(s.ms for s in steps)
@@ -138,17 +139,17 @@ def _slow(race: Race) -> Chapter:
     forward_share = sum(s.verify_ms for s in steps) / max(sum(s.ms for s in steps), 1e-9)
     text = (f"A language model writes one token at a time. To choose the next token, the **target** model runs one "
             f"**forward pass** over everything written so far, and that pass yields one token. Here plain decoding "
-            f"first read the {_n(plain.prompt_tokens, 'prompt token')} in one forward (the *prefill*, "
+            f"first read the {counted(plain.prompt_tokens, 'prompt token')} in one forward (the *prefill*, "
             f"{prefill.ms if prefill else 0:.0f} ms, which also gives the first token), then wrote "
-            f"{_n(tokens, 'more token')} in {_n(forwards, 'more forward')}, a median of {median:.0f} ms each "
+            f"{counted(tokens, 'more token')} in {counted(forwards, 'more forward')}, a median of {median:.0f} ms each "
             f"({total_s:.1f} s on the clock, {forward_share:.0%} of it inside the target's forwards).\n\n"
             "A forward is the same work whether the next token is hard to guess or obvious, so the time grows with "
             "the length of the answer. The figure shows the run on a clock: one bar per forward, one dot per token.")
-    choices = _numbers(forwards, {1, max(2, forwards // 4), forwards, 2 * forwards})
+    choices = number_choices(forwards, {1, max(2, forwards // 4), forwards, 2 * forwards})
     question = Question(
-        f"After the prefill, plain decoding wrote {_n(tokens, 'more token')}. How many forward passes of the target "
+        f"After the prefill, plain decoding wrote {counted(tokens, 'more token')}. How many forward passes of the target "
         "did that take?", choices, choices.index(str(forwards)),
-        f"{_n(forwards, 'forward')}: one per token. At a median of {median:.0f} ms a forward that is "
+        f"{counted(forwards, 'forward')}: one per token. At a median of {median:.0f} ms a forward that is "
         f"{forwards * median / 1000:.1f} s, and a longer answer costs proportionally more. The next chapters keep the "
         "same model and the same answer, and cut the number of forwards.")
     return Chapter(1, TITLES[0], text, timeline_figure(Race(traces={"plain": plain}), height=300), question)
@@ -157,37 +158,37 @@ def _slow(race: Race) -> Chapter:
 def _showcase(trace: RunTrace) -> Step:
     """The step that shows drafting best: the most draft tokens accepted and a rejected guess after them (the
     earliest of equals)."""
-    steps = _decode(trace)
+    steps = decode_steps(trace)
     return max(steps, key=lambda s: (s.accepted, any(n.status == "rejected" for n in s.pool), -s.index))
 
 
 def _draft_verify(race: Race) -> Chapter:
     eagle2, plain = race.traces["eagle2"], race.traces["plain"]
     step = _showcase(eagle2)
-    accepted = _accepted_texts(step)
+    accepted = accepted_texts(step)
     emitted = len(step.token_ids)
     checked = max(step.verified - 1, 0)
     same = [t for s in eagle2.steps for t in s.token_ids] == [t for s in plain.steps for t in s.token_ids]
     greedy = not float(eagle2.sampling.get("temperature", 0.0) or 0.0)
     lossless = (f"EAGLE-2's whole answer here is plain decoding's, token for token "
-                f"({_n(sum(len(s.token_ids) for s in plain.steps), 'token')})."
+                f"({counted(sum(len(s.token_ids) for s in plain.steps), 'token')})."
                 if same else "This race sampled, so the answers differ by chance; each token still has exactly the "
                              "distribution plain sampling gives it.")
     text = (f"Speculative decoding adds a small, fast **draft head** that guesses the next few tokens, one after "
             f"another: a *chain* of guesses. The target then checks them all in **one** forward: it computes its own "
             f"choice at every position at once, and keeps the guesses up to the first one that differs from its own "
             f"(the **accepted prefix**). At that position it writes its own choice, the **bonus token**.\n\n"
-            f"In step {step.index} (figure: the green path) EAGLE-2's draft offered {_n(checked, 'guess', 'guesses')} "
+            f"In step {step.index} (figure: the green path) EAGLE-2's draft offered {counted(checked, 'guess', 'guesses')} "
             f"(a small tree: the next chapters come to trees); "
-            f"the target accepted {_n(step.accepted, 'draft token')} ({accepted}) and added {_bonus(step)} itself, "
+            f"the target accepted {counted(step.accepted, 'draft token')} ({accepted}) and added {bonus_words(step)} itself, "
             f"in one forward of {step.verify_ms:.0f} ms. A guess is kept only where it is the target's own choice"
             + (" (greedy decoding)" if greedy else " (by a test against the target's probabilities)")
             + f", so nothing changes in the answer: the method is **lossless**. {lossless}")
-    choices = _numbers(emitted, {1, step.accepted, emitted, checked})
+    choices = number_choices(emitted, {1, step.accepted, emitted, checked})
     question = Question(
-        f"In step {step.index} the target accepted {_n(step.accepted, 'draft token')}. How many tokens did that step "
+        f"In step {step.index} the target accepted {counted(step.accepted, 'draft token')}. How many tokens did that step "
         "add to the answer?", choices, choices.index(str(emitted)),
-        f"{emitted}: the {_n(step.accepted, 'accepted draft token')} plus the bonus token, {_bonus(step)}, which the "
+        f"{emitted}: the {counted(step.accepted, 'accepted draft token')} plus the bonus token, {bonus_words(step)}, which the "
         "target chose after them in the same forward. Even a step whose every guess is wrong adds one token, so a "
         "speculative step never makes fewer tokens than a plain one; what it can lose is the time spent drafting.")
     figure = tree_figure(step, eagle2, show="verified", height=FIGURE_HEIGHT,
@@ -197,26 +198,26 @@ def _draft_verify(race: Race) -> Chapter:
 
 def _trees(race: Race, speeds: dict[str, Any]) -> Chapter:
     eagle, eagle2 = race.traces["eagle"], race.traces["eagle2"]
-    steps = _decode(eagle)
+    steps = decode_steps(eagle)
     # A step whose accepted path took a guess other than the draft's first: a chain would have stopped there.
-    detours = [s for s in steps if _detour(s) is not None]
+    detours = [s for s in steps if first_detour(s) is not None]
     step = max(detours or steps, key=lambda s: (s.accepted, -s.index))
-    size = Counter(_verified(s) for s in steps).most_common(1)[0][0]
-    size2 = Counter(_verified(s) for s in _decode(eagle2)).most_common(1)[0][0]
+    size = Counter(verified_of(s) for s in steps).most_common(1)[0][0]
+    size2 = Counter(verified_of(s) for s in decode_steps(eagle2)).most_common(1)[0][0]
     levels = Counter(n.depth for n in step.pool if n.depth > 0)
     shape = ", ".join(str(levels[d]) for d in sorted(levels))
-    detour = _detour(step)
+    detour = first_detour(step)
     where = (f" In step {step.index} the accepted path went through guess number {detour.rank + 1} at level "
              f"{detour.depth}: a chain of first guesses would have stopped there." if detour else "")
-    tau, tau2 = _tau(eagle), _tau(eagle2)
-    verify, verify2 = _median(s.verify_ms for s in steps), _median(s.verify_ms for s in _decode(eagle2))
+    tau, tau2 = tau_of(eagle), tau_of(eagle2)
+    verify, verify2 = median_of(s.verify_ms for s in steps), median_of(s.verify_ms for s in decode_steps(eagle2))
     text = (f"A chain is lost at its first wrong guess. A **tree** keeps several guesses for a position: **EAGLE** "
-            f"drafts the same fixed tree every step, {_n(size - 1, 'candidate')} on {_n(len(levels), 'level')} "
+            f"drafts the same fixed tree every step, {counted(size - 1, 'candidate')} on {counted(len(levels), 'level')} "
             f"({shape} per level), and the target checks every branch in one forward, each candidate seeing only "
             f"its own ancestors.{where}\n\n"
             f"Over the race EAGLE made {tau:.2f} tokens per forward (*tau*) against EAGLE-2's {tau2:.2f} with "
-            f"{_n(size2 - 1, 'candidate')} a step. But a forward over {size} tokens is not free on "
-            f"{_machine(eagle)}: it took a median {verify:.0f} ms, against {verify2:.0f} ms over EAGLE-2's "
+            f"{counted(size2 - 1, 'candidate')} a step. But a forward over {size} tokens is not free on "
+            f"{machine_words(eagle)}: it took a median {verify:.0f} ms, against {verify2:.0f} ms over EAGLE-2's "
             f"{size2}.")
     ratio, low, high = speed_ratio(eagle, eagle2)
     tie = too_close(ratio, low, high)
@@ -230,7 +231,7 @@ def _trees(race: Race, speeds: dict[str, Any]) -> Chapter:
         f"{rate2:.1f} ({speeds['eagle2'].speedup:.2f}× plain); EAGLE-2's speed over EAGLE's is {ratio:.2f} "
         f"(95% interval {low:.2f}–{high:.2f}). More candidates a forward pay only where checking them costs little: "
         f"EAGLE's {size} tokens made {tau:.2f} tokens a forward against {tau2:.2f}, but each forward took "
-        f"{verify / max(verify2, 1e-9):.1f}× as long on {_machine(eagle)}. On a GPU a large model checks tens of "
+        f"{verify / max(verify2, 1e-9):.1f}× as long on {machine_words(eagle)}. On a GPU a large model checks tens of "
         "tokens for about the price of one, and the larger tree wins there.")
     figure = tree_figure(step, eagle, show="verified", height=FIGURE_HEIGHT,
                          title=f"EAGLE (static tree) · step {step.index}")
@@ -253,14 +254,14 @@ def _eagle2(race: Race) -> Chapter:
             f"**beam**) and proposes {width} children for each. A candidate's score is its **path probability**: the "
             f"product of the draft's probabilities along its path, so a guess deep in a sure branch can outrank a "
             f"shallow guess in an unsure one.\n\n"
-            f"After {_n(calls, 'draft call')} the pool held {_n(drafted, 'candidate')}; the target verifies only "
+            f"After {counted(calls, 'draft call')} the pool held {counted(drafted, 'candidate')}; the target verifies only "
             f"the best by path probability, {budget} tokens with the root (the setting *total_tokens*, the budget "
             f"of verified tokens). In step {step.index} (the same step as before, now with the best candidates the "
             f"rerank dropped, as grey rings) the least likely kept guess had path probability {lowest:.2f} and the "
             f"likeliest dropped one {best_dropped:.2f}.")
-    choices = _numbers(checked, {drafted, checked, width, calls})
+    choices = number_choices(checked, {drafted, checked, width, calls})
     question = Question(
-        f"In step {step.index} EAGLE-2's draft proposed {_n(drafted, 'candidate')}. How many of them did the target "
+        f"In step {step.index} EAGLE-2's draft proposed {counted(drafted, 'candidate')}. How many of them did the target "
         "verify?", choices, choices.index(str(checked)),
         f"{checked}: the budget, total_tokens = {budget}, counts the root, and the {checked} candidates with the "
         f"highest path probability fill it (down to {lowest:.2f}; the best one left out had {best_dropped:.2f}). "
@@ -277,16 +278,16 @@ def _ddd(race: Race) -> Chapter:
     limit = int(ddd.settings.get("max_draft_calls", 0))
     fixed = int(eagle2.settings.get("draft_calls", 0))
     width = int(ddd.settings.get("beam_width", 0))
-    steps = _decode(ddd)
+    steps = decode_steps(ddd)
     depths = Counter(s.draft_calls for s in steps)
-    spread = ", ".join(f"{_n(d, 'level')} in {_n(depths[d], 'step')}" for d in sorted(depths))
+    spread = ", ".join(f"{counted(d, 'level')} in {counted(depths[d], 'step')}" for d in sorted(depths))
     # The question: the first weighing of the step that checked most (DDD checks after each listed call).
     step = max(steps, key=lambda s: (len(s.checks), -s.index))
     check = step.checks[0]
     go_on = not check.stop
     text = (f"EAGLE-2 drafts the same number of levels every step ({fixed} here), sure or unsure. **DDD** (Dynamic "
             f"Depth Decoding) decides per step. After each of its checked draft calls it measures the beam's "
-            f"confidence **H**: the log of the path probability that the {_n(width, 'candidate')} of the beam hold "
+            f"confidence **H**: the log of the path probability that the {counted(width, 'candidate')} of the beam hold "
             f"together (H ≤ 0). If H is below the **threshold** ({readable(threshold)} here: the beam holds "
             f"less than {math.exp(threshold):.0%} of the draft's probability) the next guesses are unlikely to be "
             f"accepted, so DDD stops and verifies; otherwise it drafts another level, at most {limit}.\n\n"
@@ -294,7 +295,7 @@ def _ddd(race: Race) -> Chapter:
             f"{fixed}; middle: H at each check, green where DDD went on, a red cross where it stopped).")
     choices = ("Yes: it drafts another level", "No: it stops and verifies")
     question = Question(
-        f"In step {step.index}, after {_n(check.call, 'draft call')}, H = {check.confidence:.2f} and the threshold "
+        f"In step {step.index}, after {counted(check.call, 'draft call')}, H = {check.confidence:.2f} and the threshold "
         f"is {readable(threshold)}. Will DDD draft another level?", choices, 0 if go_on else 1,
         f"{'Yes' if go_on else 'No'}: H = {check.confidence:.2f} is {'at or above' if go_on else 'below'} "
         f"{readable(threshold)}. What DDD did in that step, as the race's narration says it: "
@@ -304,7 +305,7 @@ def _ddd(race: Race) -> Chapter:
 
 def _cost(race: Race, gpu_costs: StepCosts | None) -> Chapter:
     cost = race.traces["cost"]
-    steps = [s for s in _decode(cost) if s.checks]
+    steps = [s for s in decode_steps(cost) if s.checks]
     # The question: the first weighing of the step that weighed most often.
     step = max(steps, key=lambda s: (len(s.checks), -s.index))
     check = step.checks[0]
@@ -327,11 +328,11 @@ def _cost(race: Race, gpu_costs: StepCosts | None) -> Chapter:
             f"its candidates' calibrated acceptance chances); **T** is the step's time counted in plain steps: 1 for "
             f"the target's forward, {readable(costs.draft_cost)} per draft call, and where drafted tokens are verified "
             f"{readable(costs.verify_base)} for a tree forward plus {readable(costs.verify_cost)} per extra verified "
-            f"token (this race's costs for {_machine(cost)}). A step makes E + 1 tokens in time T, so its rate is "
+            f"token (this race's costs for {machine_words(cost)}). A step makes E + 1 tokens in time T, so its rate is "
             f"**(E + 1) / T** tokens per plain step, and one more level that adds dE tokens for dT time raises the "
             f"rate exactly when **dE / dT > (E + 1) / T**.\n\n"
-            f"The prices decide the tree. After {_n(check.call, 'draft call')} of step {step.index} (figure) the best "
-            f"tree verified {_n(verified, 'token')}: {on_gpu}. Where verifying is nearly free, larger and deeper trees "
+            f"The prices decide the tree. After {counted(check.call, 'draft call')} of step {step.index} (figure) the best "
+            f"tree verified {counted(verified, 'token')}: {on_gpu}. Where verifying is nearly free, larger and deeper trees "
             "pay; where it costs, the rule keeps them small.")
     drafts = deeper > rate if extra <= 0 else gain / extra > rate
     choices = ("Yes: it drafts another level", "No: it stops and verifies")
@@ -339,7 +340,7 @@ def _cost(race: Race, gpu_costs: StepCosts | None) -> Chapter:
     compare = (f"dE / dT = {readable(gain)} / {readable(extra)} = {gain / extra:.2f} {sign} {rate:.2f}"
                if extra > 0 else f"(E + dE + 1) / (T + dT) = {deeper:.2f} {sign} {rate:.2f}")
     question = Question(
-        f"In step {step.index}, after {_n(check.call, 'draft call')}, the best tree expects E = {expected:.2f} "
+        f"In step {step.index}, after {counted(check.call, 'draft call')}, the best tree expects E = {expected:.2f} "
         f"accepted tokens in T = {time:.2f} plain steps. One more level is forecast to add dE = {readable(gain)} "
         f"tokens for dT = {readable(extra)} steps. Does the cost rule draft it?", choices, 1 if check.stop else 0,
         f"{'No' if check.stop else 'Yes'}: (E + 1) / T = {rate:.2f} tokens per plain step now, and {compare}. "
@@ -351,13 +352,13 @@ def _cost(race: Race, gpu_costs: StepCosts | None) -> Chapter:
 
 def _honest(race: Race, result: Any, example: str) -> Chapter:
     plain, ddd, eagle2 = race.traces["plain"], race.traces["ddd"], race.traces["eagle2"]
-    times = sorted(s.ms for s in _decode(plain))
+    times = sorted(s.ms for s in decode_steps(plain))
     speeds = {s.name: s for s in result.standings}
     ratio, low, high = speed_ratio(eagle2, ddd)
     tie = too_close(ratio, low, high)
     text = (f"A speedup is a ratio of two times, and times wander on a shared machine: plain decoding's forwards, "
             f"the same work each time, took from {times[0]:.0f} to {times[-1]:.0f} ms in this race (median "
-            f"{_median(times):.0f}). So every method here raced in the same run, taking turns one target forward "
+            f"{median_of(times):.0f}). So every method here raced in the same run, taking turns one target forward "
             f"each, and a busy spell slowed all of them alike (figure: each step on a shared clock). Each step counts "
             f"at the median time of the steps of its shape, and a difference is called a tie when the 95% interval of "
             f"a bootstrap over the race's rounds includes equal speed, or when it is under "
@@ -372,90 +373,18 @@ def _honest(race: Race, result: Any, example: str) -> Chapter:
            + " Another run of the same race may well order them the other way." if tie
            else f", clear of 1 and more than {SMALLEST_CALLED - 1:.0%} away from it.") +
         " One race is one sample: a fair comparison repeats it on many prompts (the project's benchmark does).")
-    threshold = _varied_threshold(ddd, race)
+    threshold = varied_threshold(ddd, race)
     replay = ddd_whatif(ddd, threshold, ddd.settings.get("check_steps", "all"), time_costs=own_costs(race.get("cost")))
     calls = [s.calls for s in replay.steps if s.recorded_calls]
     try_it = TryIt(example, threshold, (
         f"**Try it live.** In the app, race this prompt again with DDD's threshold at {readable(threshold)}, where "
         f"its depth varies most: replayed at {readable(threshold)} (the What if panel under the race) "
         f"this race's DDD would draft between {min(calls)} and {max(calls)} levels a step"
-        + (f" (in {_n(replay.bounds, 'step')} deeper than the race drafted, so at least that deep)"
+        + (f" (in {counted(replay.bounds, 'step')} deeper than the race drafted, so at least that deep)"
            if replay.bounds else "") +
         ". Press “Run the race” twice and compare the two verdicts."))
     figure = timeline_figure(race, height=FIGURE_HEIGHT)
     return Chapter(7, TITLES[6], text, figure, question, try_it)
-
-
-# -- helpers -------------------------------------------------------------------------------------------------------
-
-
-def _decode(trace: RunTrace | None) -> list[Step]:
-    return [s for s in trace.steps if not s.prefill] if trace is not None else []
-
-
-def _machine(trace: RunTrace) -> str:
-    device = trace.device or ""
-    return "this CPU" if device.startswith("cpu") else f"this {markdown_literal(device)}"
-
-
-def _n(count: int, word: str, plural: str | None = None) -> str:
-    return f"{count} {word if count == 1 else (plural or word + 's')}"
-
-
-def _numbers(answer: int, values: set[int]) -> tuple[str, ...]:
-    """Distinct counts as choices, smallest first, the answer among them."""
-    return tuple(str(v) for v in sorted({answer, *(v for v in values if v >= 0)}))
-
-
-def _median(values: Iterable[float]) -> float:
-    values = list(values)
-    return statistics.median(values) if values else 0.0
-
-
-def _tau(trace: RunTrace) -> float:
-    steps = _decode(trace)
-    return sum(len(s.token_ids) for s in steps) / max(len(steps), 1)
-
-
-def _verified(step: Step) -> int:
-    return step.verified or sum(1 for n in step.pool if n.status != "pruned")
-
-
-def _accepted_texts(step: Step) -> str:
-    nodes = {n.index: n for n in step.pool}
-    texts = [nodes[i].text for i in step.accepted_path[1:] if i in nodes][: step.accepted]
-    return ", ".join(quoted(t) for t in texts) or "none"
-
-
-def _bonus(step: Step) -> str:
-    return quoted(step.bonus_text) if step.bonus_id is not None else "a token"
-
-
-def _detour(step: Step) -> Any:
-    """The shallowest accepted node that was not its parent's first guess, if any."""
-    nodes = {n.index: n for n in step.pool}
-    path = [nodes[i] for i in step.accepted_path[1:] if i in nodes][: step.accepted]
-    return next((n for n in path if n.rank > 0), None)
-
-
-def _varied_threshold(ddd: RunTrace, race: Race) -> float:
-    """The threshold, on the what-if slider's steps, at which the replayed DDD's depth varies most from step to
-    step (the recorded one's where none varies more)."""
-    recorded = float(ddd.settings.get("threshold", 0.0))
-    checks = ddd.settings.get("check_steps", "all")
-    heights = sorted({round(h / THRESHOLD_STEP) * THRESHOLD_STEP for s in _decode(ddd) for h in s.confidence})
-    best, spread = recorded, _depth_spread(ddd, recorded, checks, race)
-    for value in heights:
-        varied = _depth_spread(ddd, value, checks, race)
-        if varied > spread:
-            best, spread = round(value, 2), varied
-    return best
-
-
-def _depth_spread(ddd: RunTrace, threshold: float, checks: Any, race: Race) -> float:
-    calls = [s.calls for s in ddd_whatif(ddd, threshold, checks, time_costs=own_costs(race.get("cost"))).steps
-             if s.recorded_calls]
-    return statistics.pstdev(calls) if len(calls) > 1 else 0.0
 
 
 def chapter_list(lesson: Lesson) -> Sequence[tuple[str, int]]:

@@ -7,7 +7,7 @@ the views are pooled (a value repeated across steps is stored once), gzipped and
 index.html; the page decompresses them with the browser's DecompressionStream, which also works from file://.
 
 A race file loaded in the page has no Python to draw it: the player checks it and draws simpler views of its
-own (README: Deploy, static page).
+own (docs/deploy.md, static page).
 """
 from __future__ import annotations
 

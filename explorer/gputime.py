@@ -1,7 +1,7 @@
 """GPU time on a ZeroGPU Space: what a race asks for, sized from what this Space's races took (or, until one was
 timed, from the GPU projection), and the words for ZeroGPU's answers. ZeroGPU refuses a call whose duration, as it
 counts it, exceeds what is left of the visitor's daily quota, deducts the time a call uses, and ends a call that
-outlives what it asked for (README: Deploy)."""
+outlives what it asked for (docs/deploy.md)."""
 from __future__ import annotations
 
 import math

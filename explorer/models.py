@@ -37,7 +37,7 @@ from ddd.settings import PRECISIONS
 from ddd.turns import warm_up
 
 # The CPU's starting precision: int8 makes a verified tree cheapest next to one plain step, which is where
-# speculative decoding starts to pay on a CPU (README: results on a 2-core CPU, precision modes).
+# speculative decoding starts to pay on a CPU (docs/benchmark.md; docs/precision.md).
 CPU_PRECISION = "int8"
 RANDOM_HEAD_NOTE = (" A random head drafts almost nothing the target accepts (tau ≈ 1), so EAGLE-2 and DDD run "
                     "slower than plain decoding here.")

@@ -12,7 +12,7 @@ from gradio_client.utils import is_http_url_like
 from components.exports import CACHE_CLEANUP
 from components.inputs import COST_SWITCH
 from components.race import TREE_METHODS
-from components.runfile import is_text
+from components.jsonfile import is_text
 
 from .choosing import ModelMenu, menu_items
 from .examples import ExampleShelf

@@ -14,7 +14,7 @@ from ddd.turns import Entry
 # The papers' values (the declared defaults) suit 7B targets on a GPU, where verifying 60 tokens costs about
 # what one token costs. On a CPU verification grows with the tree; the CPU preset verifies a few more tokens
 # than the fastest settings `python -m ddd.bench.budget --dtype int8` finds, so that the trees and DDD's depth
-# choice stay visible (README: results on a 2-core CPU). Neither carries a machine's costs: the cost rule measures
+# choice stay visible (docs/benchmark.md). Neither carries a machine's costs: the cost rule measures
 # its own as it decodes (ddd/costs.py CostMeter), starting from the declared ones; "measure this machine" starts
 # it from this machine's.
 PRESETS = {

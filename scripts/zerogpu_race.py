@@ -101,7 +101,7 @@ def main(argv: list[str] | None = None) -> int:
     for name, row in rows.items():
         print(f"| {name} | " + " | ".join(str(row[k]) for k in figures) + " |")
     print("the three texts agree" if result["same_text"] else
-          "the texts differ (greedy in 16 bits on a GPU can part at near-ties: README, Precision modes)")
+          "the texts differ (greedy in 16 bits on a GPU can part at near-ties: docs/usage.md, 'Precision modes')")
     if args.out:
         Path(args.out).write_text(json.dumps(result, indent=2))
     problems = []

@@ -172,13 +172,13 @@ def test_head_runner_drops_tree_nodes_from_its_cache(llama, llama_head):
 def test_the_target_cache_keeps_the_prefix_and_the_accepted_nodes_in_order(kept, want):
     from transformers import DynamicCache
 
-    from ddd.engine import _keep_cache
+    from ddd.kvcache import keep_cache
 
     cache, past = DynamicCache(), 4
     for layer in range(2):  # entry i of layer l holds 10 * l + i, so every move is visible
         entries = (10.0 * layer + torch.arange(past + 6.0)).expand(1, 2, -1)[..., None].expand(-1, -1, -1, 3)
         cache.update(entries.clone(), -entries, layer)
-    _keep_cache(cache, past, kept, torch.device("cpu"))
+    keep_cache(cache, past, kept, torch.device("cpu"))
     for layer in range(2):
         expected = 10.0 * layer + torch.tensor(want, dtype=torch.float32)
         assert torch.equal(cache.layers[layer].keys[0, 1, :, 0], expected)

@@ -1,4 +1,4 @@
-"""`python app.py --export-space KIND DIR`: each kind writes a whole Space and nothing else (README: Deploy).
+"""`python app.py --export-space KIND DIR`: each kind writes a whole Space and nothing else (docs/deploy.md).
 
 Each kind is exported once per module into a temporary folder; the app's imports are checked by importing it in
 a fresh interpreter inside the exported folder. The static page is also opened in a browser

@@ -19,7 +19,8 @@ import pytest
 from components import RaceFileError
 from components.exports import ExportStore
 from components.inputs import InputError, race_inputs, replay_speed, step_index
-from components.runfile import FileLimits, load_race
+from components.jsonfile import FileLimits
+from components.runfile import load_race
 from explorer.layout import RACE_OUTPUTS
 from explorer.racing import prompt_tokens
 from explorer.sessions import Session

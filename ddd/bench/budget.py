@@ -48,7 +48,7 @@ CALIBRATION_PROMPTS = (
 SIZES = (1, 2, 4, 8, 16, 32, 64)
 # The context the forwards are timed after. On a CPU the extra cost of each verified token grows with the
 # context (its attention reads every cached token), so timings after a bare calibration prompt (about 30
-# tokens) made verification look cheaper than in answers to real questions (README.md, "Choosing a budget").
+# tokens) made verification look cheaper than in answers to real questions (docs/benchmark.md).
 CONTEXT_TOKENS = 256
 TOKEN_BUDGETS = (2, 3, 4, 5, 6, 8, 10, 12, 16, 20, 24, 32, 48, 64)
 
