@@ -34,7 +34,9 @@ def lesson_data(lesson: Lesson, live: str | None = None) -> dict:
             "tryIt": markdown_html(chapter.try_it.text) if chapter.try_it else "",
             "link": live + chapter.try_it.query() if chapter.try_it and live else "",
         })
-    return {"chapters": chapters}
+    # What a link to no chapter opens with; the script only puts the link's name (as text) where NAME stands.
+    unknown = ["This lesson has no chapter called \u201c", "NAME", "\u201d: here is chapter 1."]
+    return {"chapters": chapters, "unknown": unknown}
 
 
 def lesson_html(lesson: Lesson, *, plotly_src: str | None = None, plotly_js: str | None = None,
@@ -152,8 +154,7 @@ nav a[aria-current="true"] { background: #7c3aed; color: #fff; border-color: #7c
     const found = chapters.findIndex((c) => c.anchor === name);
     const note = $("link-note");
     note.hidden = !raw || found >= 0;
-    note.textContent = note.hidden ? "" : "This lesson has no chapter called \u201c" + name.slice(0, 80)
-      + "\u201d: here is chapter 1.";
+    note.textContent = note.hidden ? "" : data.unknown.map((part) => (part === "NAME" ? name.slice(0, 80) : part)).join("");
     return found < 0 ? 0 : found;
   }
 
