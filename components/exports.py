@@ -13,6 +13,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from .race import Race
+from .static_page import saved_page
 
 # gr.Blocks(delete_cache=...): every 10 minutes Gradio removes the files it cached more than an hour ago
 # (uploads and the copies of files it served), so a visitor has an hour to press Save.
@@ -35,17 +36,20 @@ class ExportStore:
         self.folder.mkdir(parents=True, exist_ok=True)
         return self.folder
 
-    def save(self, race: Race, name: str, replacing: str | None = None) -> str:
-        """Write `race` as `ddd-race-<name>.json.gz` (name kept to letters and digits) and return its path;
-        `replacing` (the session's previous file) is removed."""
+    def save(self, race: Race, name: str, replacing: str | None = None, page: bool = False) -> str:
+        """Write `race` as `ddd-race-<name>.json.gz` (name kept to letters and digits), or with `page` as a page of its
+        own (`.html`), and return its path; `replacing` (the session's previous file) is removed."""
         with self._lock:
             folder = self._dir()
             if replacing:
                 self.remove(replacing)
             stem = "".join(c if c.isascii() and c.isalnum() else "-" for c in name[:40]).strip("-") or "run"
             # Unique per save: two sessions racing the same prompt must not overwrite each other's file.
-            path = folder / f"ddd-race-{stem}-{time.time_ns() % 10**12}.json.gz"
-            race.save(path)
+            path = folder / f"ddd-race-{stem}-{time.time_ns() % 10**12}{'.html' if page else '.json.gz'}"
+            if page:
+                path.write_text(saved_page(race, stem), encoding="utf-8")
+            else:
+                race.save(path)
             self._prune(keep=path)
             return str(path)
 
@@ -56,7 +60,7 @@ class ExportStore:
 
     def _prune(self, keep: Path) -> None:
         files = []
-        for path in self._dir().glob("ddd-race-*.json.gz"):
+        for path in self._dir().glob("ddd-race-*"):
             try:
                 files.append((path.stat().st_mtime, path))
             except FileNotFoundError:
@@ -68,4 +72,4 @@ class ExportStore:
                 path.unlink(missing_ok=True)
 
     def files(self) -> list[Path]:
-        return sorted(self._dir().glob("ddd-race-*.json.gz"))
+        return sorted(self._dir().glob("ddd-race-*"))

@@ -1,43 +1,34 @@
-"""The recorded races as one static page (a static Space, or a file opened from disk): no server, no network.
+"""Races as one static page (a static Space, a page the app saves to share, or a file opened from disk): no server,
+no network.
 
-Every view of every step is computed here, when the page is exported, by the app's own code (components.views,
-.tree, .charts, .narration, .answer, .verdict): the figures as the JSON Gradio sends a browser (`fig.to_json()`)
-and the HTML the app shows. A small player (static_player/player.js) swaps them in with Plotly.react. Per race
-the views are pooled (a value repeated across steps is stored once), gzipped and base64-encoded into
-index.html; the page decompresses them with the browser's DecompressionStream, which also works from file://.
-
-A race file loaded in the page has no Python to draw it: the player checks it and draws simpler views of its
-own (docs/deploy.md, static page).
+Every view of every step is computed here, by the app's own code (components.views, .tree, .charts, .narration,
+.answer, .verdict): the figures as the JSON Gradio sends a browser (`fig.to_json()`), the HTML the app shows, and
+every word the page's script shows. A small player (static_player/player.js) swaps them in with Plotly.react and
+checks, computes and writes nothing itself, so the app and the page cannot disagree. Per race the views are pooled
+(a value repeated across steps is stored once), gzipped and base64-encoded into the page; the page decompresses
+them with the browser's DecompressionStream, which also works from file://.
 """
 from __future__ import annotations
 
 import base64
 import gzip
 import json
-from dataclasses import MISSING, fields
 from pathlib import Path
 from typing import Any
 
 from plotly.offline import get_plotlyjs
 
-from ddd.settings import COST_SETTINGS, METHOD_DECLARATIONS, PRECISIONS, SAMPLING_SETTINGS, Setting
-from ddd.trace import CHAIN_ENDS, SCHEMA_VERSION, STATUSES, RunTrace
-
 from .about import about_markdown
 from .answer import LEGEND, answer_html, counters_html
-from .charts import METHOD_COLORS, SUMMARY_HEADERS, summary_rows, timeline_figure
+from .charts import SUMMARY_HEADERS, summary_rows, timeline_figure
 from .embed import figure_json, markdown_html, script_json
 from .lesson import GpuCosts
-from .lesson_page import LESSON_FILE, LESSON_LINK, static_lesson
-from .race import (COLUMN_METHODS, COST_METHOD, DROPPED_SHOWN, METHOD_LABELS, RACE_FORMAT, RACE_METHODS, RACE_VERSION,
-                   TREE_METHODS, Race)
-from .runcheck import MAX_PROMPT_TOKENS, MAX_TOKENS, MIN_STEP_MS, MIN_STEP_RATIO, SHARED, TOLERANCE, WEIGHED, Shape
-from .runfile import (CHECK_FIELDS, CHECK_REQUIRED, COSTS_FIELDS, LIMITS, MAX_MS, NODE_FIELDS, RACE_FIELDS, STEP_FIELDS,
-                      SUMMARY_KEYS, TRACE_FIELDS, TRACE_REQUIRED, load_race)
+from .lesson_page import CSP, LESSON_FILE, LESSON_LINK, static_lesson
+from .race import COLUMN_METHODS, TREE_METHODS, Race
+from .runfile import load_race
 from .tokens import escape
-from .tree import BAND_COLORS, COLORS, GHOST_COLOR, GHOST_LINE, LABEL_POSITIONS, MAX_LEVELS, MAX_NODES, STATUS_NAMES
-from .verdict import BLOCK_ROUNDS, CONFIDENCE, MIN_STEPS, RESAMPLES, SMALLEST_CALLED, headline_html
-from .views import CSS, race_info, step_view
+from .verdict import headline_html
+from .views import CSS, PAUSE, PLAY, race_info, step_view
 
 PLAYER = Path(__file__).with_name("static_player")
 PLOTLY_JS = "plotly.min.js"
@@ -112,6 +103,7 @@ def race_bundle(race: Race) -> dict[str, Any]:
         "lengths": {m: len(t.steps) for m, t in race.traces.items()},
         "info": race_info(race), "headline": headline_html(race.traces), "summary": summary_html(race),
         "timeline": figure_json(timeline_figure(race)), "about": markdown_html(about_markdown(race)),
+        "labels": [f"step {i} of {rounds(race) - 1}" + (" (prefill)" if i == 0 else "") for i in range(rounds(race))],
         "pool": pool.values, "steps": steps,
     }
 
@@ -122,67 +114,47 @@ def encode(value: Any) -> str:
     return base64.b64encode(gzip.compress(raw, compresslevel=9, mtime=0)).decode("ascii")
 
 
-def _declared(settings: tuple[Setting, ...]) -> list[dict[str, Any]]:
-    """Each setting within the app's own range (runfile checks a file's settings against the ui range: a run made
-    beyond it on the command line is not shown), with the default a file that omits it runs with."""
-    return [{"name": s.name, "kind": s.kind, "low": s.bounds(ui=True)[0], "high": s.bounds(ui=True)[1],
-             "default": s.default, "old": list(s.old_names)} for s in settings]
+# Every word the player shows besides the views.
+WORDS = {
+    "play": PLAY, "pause": PAUSE,
+    "failed": "Could not show that race: this browser could not unpack it. Reload the page, or try a current browser.",
+    "noDecompression": "This browser cannot unpack the recorded races (it lacks DecompressionStream): use a current "
+                       "browser.",
+    "noPlotly": f"{PLOTLY_JS} did not load: keep it beside index.html. The texts still show; the figures cannot.",
+    "noFigures": f"({PLOTLY_JS} is missing beside index.html: figures cannot be drawn)",
+}
+INTRO = {
+    "recorded": ("recorded races",
+                 "These races were recorded with the app; this page replays them and needs no server."),
+    "saved": ("a race saved from the app", "This page was saved from the app and replays its race; it needs no server "
+                                           "and no network, and opens in any current browser."),
+}
 
 
-def _shapes() -> dict[str, dict[str, bool]]:
-    """Which methods check their depth and which weigh it, as runcheck.Shape tells them apart."""
-    shapes = {}
-    for method in METHOD_DECLARATIONS:
-        shape = Shape.of(RunTrace(method=method, settings={}, sampling={}, model="", head=None, prompt="",
-                                  prompt_tokens=1))
-        if shape is not None:
-            shapes[method] = {"checks": shape.checks, "weighs": shape.weighs}
-    return shapes
-
-
-_TRACE_DEFAULTS = {f.name: f.default for f in fields(RunTrace) if f.name in SHARED and f.default is not MISSING}
-
-
-def constants() -> dict[str, Any]:
-    """What the player needs to read and draw a loaded race file, taken from the app's own definitions."""
-    return {
-        "format": RACE_FORMAT, "version": RACE_VERSION, "schema": SCHEMA_VERSION, "statuses": list(STATUSES),
-        "fields": {"race": sorted(RACE_FIELDS), "trace": sorted(TRACE_FIELDS), "traceRequired": sorted(TRACE_REQUIRED),
-                   "step": sorted(STEP_FIELDS), "node": sorted(NODE_FIELDS), "check": sorted(CHECK_FIELDS),
-                   "checkRequired": sorted(CHECK_REQUIRED), "summary": sorted(SUMMARY_KEYS),
-                   "costs": sorted(COSTS_FIELDS)},
-        "settings": {method: _declared(declared) for method, declared in METHOD_DECLARATIONS.items()},
-        "sampling": _declared(SAMPLING_SETTINGS), "precisions": list(PRECISIONS), "chainEnds": list(CHAIN_ENDS),
-        "labels": METHOD_LABELS, "methods": list(RACE_METHODS), "columns": list(COLUMN_METHODS),
-        "costMethod": COST_METHOD, "treeMethods": list(TREE_METHODS), "shapes": _shapes(), "weighed": list(WEIGHED),
-        "shared": list(SHARED), "traceDefaults": _TRACE_DEFAULTS, "colors": COLORS, "statusNames": STATUS_NAMES,
-        "methodColors": METHOD_COLORS, "bandColors": list(BAND_COLORS), "ghostColor": GHOST_COLOR,
-        "ghostLine": GHOST_LINE, "labelPositions": LABEL_POSITIONS, "droppedShown": DROPPED_SHOWN,
-        "minStepMs": MIN_STEP_MS, "minStepRatio": MIN_STEP_RATIO, "tolerance": TOLERANCE,
-        "costs": [s.name for s in COST_SETTINGS], "costBounds": {s.name: s.bounds() for s in COST_SETTINGS},
-        "verdict": {"reference": "plain", "confidence": CONFIDENCE, "resamples": RESAMPLES, "blockRounds": BLOCK_ROUNDS,
-                    "minSteps": MIN_STEPS, "smallestCalled": SMALLEST_CALLED},
-        "limits": {"fileBytes": LIMITS.file_bytes, "jsonBytes": LIMITS.json_bytes, "steps": LIMITS.steps,
-                   "nodesPerStep": LIMITS.nodes_per_step, "nodes": LIMITS.nodes, "text": LIMITS.long_text,
-                   "listItems": LIMITS.list_items, "treeLevels": MAX_LEVELS, "treeNodes": MAX_NODES,
-                   "tokens": MAX_TOKENS, "promptTokens": MAX_PROMPT_TOKENS, "ms": MAX_MS},
-    }
-
-
-def page_html(races: list[tuple[str, Race]], lesson: bool = False) -> str:
-    """index.html: the player, with every race's views (`races`: key, race) embedded; `lesson`: with a link to the
-    lesson beside it."""
-    data = {"constants": constants(),
+def page_html(races: list[tuple[str, Race]], lesson: bool = False, plotly_js: str | None = None,
+              kind: str = "recorded") -> str:
+    """The page, with every race's views (`races`: key, race) embedded; `lesson`: with a link to the lesson beside
+    it; plotly from the file PLOTLY_JS beside it, or `plotly_js` inside the page; `kind`: of INTRO."""
+    data = {"columns": list(COLUMN_METHODS), "treeMethods": list(TREE_METHODS), "words": WORDS,
             "races": [{"key": key, "title": race.title or key, "data": encode(race_bundle(race))} for key, race in races]}
-    template = (PLAYER / "page.html").read_text(encoding="utf-8")
-    parts = {"/*@CSS@*/": CSS + (PLAYER / "player.css").read_text(encoding="utf-8"),
-             "<!--@LEGEND@-->": LEGEND, "/*@DATA@*/": script_json(data),
-             "<!--@LESSON@-->": LESSON_LINK if lesson else "",
-             "/*@PLAYER@*/": (PLAYER / "player.js").read_text(encoding="utf-8"), "@PLOTLY@": PLOTLY_JS}
+    plotly = (f'<script src="{PLOTLY_JS}"></script>' if plotly_js is None
+              else "<script>" + plotly_js.replace("</script", "<\\/script") + "</script>")
+    subtitle, replay = INTRO[kind]
+    parts = {"@CSP@": CSP, "@TITLE@": escape(f"DDD Explorer: {subtitle}"), "@SUBTITLE@": escape(subtitle),
+             "@REPLAY@": escape(replay), "/*@CSS@*/": CSS + (PLAYER / "player.css").read_text(encoding="utf-8"),
+             "<!--@LEGEND@-->": LEGEND, "/*@DATA@*/": script_json(data), "<!--@LESSON@-->": LESSON_LINK if lesson else "",
+             "/*@PLAYER@*/": (PLAYER / "player.js").read_text(encoding="utf-8"), "<!--@PLOTLY@-->": plotly,
+             "@PLAY@": WORDS["play"]}
+    page = PAGE
     for mark, value in parts.items():
-        assert template.count(mark) == 1, mark
-        template = template.replace(mark, value)
-    return template
+        assert page.count(mark) == 1, mark
+        page = page.replace(mark, value)
+    return page
+
+
+def saved_page(race: Race, key: str = "race") -> str:
+    """A race as a page of its own, plotly inside: what the app's "Save as a page" offers."""
+    return page_html([(key, race)], plotly_js=get_plotlyjs(), kind="saved")
 
 
 def write_static_page(folder: Path, paths: list[Path], gpu: GpuCosts) -> list[Path]:
@@ -199,3 +171,87 @@ def write_static_page(folder: Path, paths: list[Path], gpu: GpuCosts) -> list[Pa
         return [index, plotly_js]
     (folder / LESSON_FILE).write_text(lesson, encoding="utf-8")
     return [index, plotly_js, folder / LESSON_FILE]
+
+
+PAGE = """<!doctype html>
+<html lang="en">
+<head>
+<meta charset="utf-8">
+<meta name="viewport" content="width=device-width, initial-scale=1">
+<!-- Nothing leaves the page: scripts and styles come from this folder or this file, nothing is fetched. -->
+<meta http-equiv="Content-Security-Policy" content="@CSP@">
+<title>@TITLE@</title>
+<style>/*@CSS@*/</style>
+</head>
+<body>
+<main>
+<header id="intro">
+  <h1>DDD Explorer <span class="sub">@SUBTITLE@</span></h1>
+  <p>One model answered each prompt three ways. Plain decoding makes one token per forward pass.
+  <b>EAGLE-2</b> drafts a tree of guesses with a small head and lets the model check them all in one pass;
+  <b>DDD</b> does the same but chooses how deep to draft from the draft's own confidence. The decoders took
+  turns, one target forward each, so step <i>n</i> below is the <i>n</i>-th forward of every decoder.
+  A race with the <b>cost rule</b> (one more draft level only while it pays for its time) shows it as a fourth
+  column. @REPLAY@ The app saves any race it shows as a page like this one (<b>Save as a page</b>).</p>
+<!--@LESSON@-->
+</header>
+<section class="bar">
+  <label>Race <select id="example"></select></label>
+  <label class="check"><input type="checkbox" id="shade" checked> shade tokens by how they were made</label>
+</section>
+<div id="message" class="error-box" role="alert" hidden></div>
+<div id="info" class="race-info"></div>
+<div id="headline"></div>
+<section class="columns">
+  <div class="col"><div id="cnt-plain"></div><div id="ans-plain"></div></div>
+  <div class="col"><div id="cnt-eagle2"></div><div id="ans-eagle2"></div></div>
+  <div class="col"><div id="cnt-ddd"></div><div id="ans-ddd"></div></div>
+  <div class="col" hidden><div id="cnt-cost"></div><div id="ans-cost"></div></div>
+</section>
+<div class="legend-line">Shading: <!--@LEGEND@-->. Plain decoding makes every token with the target.</div>
+<section class="stepper" aria-label="step through the race">
+  <button type="button" id="first">\u00ab First</button>
+  <button type="button" id="prev">\u2039 Prev</button>
+  <button type="button" id="play">@PLAY@</button>
+  <button type="button" id="next">Next \u203a</button>
+  <button type="button" id="last">Last \u00bb</button>
+  <input type="range" id="slider" min="0" max="0" value="0" step="1" aria-label="step (0 = prefill)">
+  <span id="step-label"></span>
+</section>
+<section class="pair">
+  <div class="col">
+    <p class="caption"><b>EAGLE-2</b> \u2014 text so far (current step outlined)</p>
+    <div id="txt-eagle2" class="small"></div>
+    <div id="tree-eagle2" class="plot"><div class="figure"></div></div>
+  </div>
+  <div class="col">
+    <p class="caption"><b>DDD</b> \u2014 text so far (current step outlined)</p>
+    <div id="txt-ddd" class="small"></div>
+    <div id="tree-ddd" class="plot"><div class="figure"></div></div>
+  </div>
+  <div class="col" hidden>
+    <p class="caption"><b>Cost rule</b> \u2014 text so far (current step outlined)</p>
+    <div id="txt-cost" class="small"></div>
+    <div id="tree-cost" class="plot"><div class="figure"></div></div>
+  </div>
+</section>
+<div id="narration" class="narration"></div>
+<div id="depth" class="plot"><div class="figure"></div></div>
+<details id="summary-box">
+  <summary>Summary and timeline</summary>
+  <div id="summary"></div>
+  <div id="timeline" class="plot"><div class="figure"></div></div>
+</details>
+<details id="about-box">
+  <summary>About: what you are looking at</summary>
+  <div id="about" class="about"></div>
+</details>
+<footer>DDD Explorer, a static replay of races recorded with the app. The app itself races your own prompts
+on a real model (a Gradio Space, or <code>python app.py</code>).</footer>
+</main>
+<!--@PLOTLY@-->
+<script type="application/json" id="races">/*@DATA@*/</script>
+<script>/*@PLAYER@*/</script>
+</body>
+</html>
+"""

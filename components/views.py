@@ -19,6 +19,9 @@ from .tokens import escape
 from .tree import tree_figure
 from .verdict import headline_html
 
+# The step-through's play button, in the app and on a saved or static page.
+PLAY, PAUSE = "\u25b6 Play", "\u275a\u275a Pause"
+
 CSS = """
 .answer { white-space: pre-wrap; font-family: ui-monospace, SFMono-Regular, Menlo, monospace; font-size: 13px;
   line-height: 1.55; min-height: 140px; max-height: 360px; overflow-y: auto; padding: 8px 10px;

@@ -11,6 +11,7 @@ from components.inputs import (COST_SWITCH, COST_SWITCH_LABEL, RUN_SETTINGS, TRE
                                label)
 from components.race import COLUMN_METHODS, COST_METHOD, METHOD_LABELS, RACE_METHODS, TREE_METHODS
 from components.verdict import headline_html
+from components.views import PLAY
 from components.widgets import CheckedNumber, CheckedSlider
 from ddd.settings import MAX_NEW_TOKENS, METHOD_DECLARATIONS, Setting
 
@@ -45,6 +46,7 @@ def column_outputs(methods: tuple[str, ...]) -> list[str]:
 COLUMNS = column_outputs(COLUMN_METHODS)
 STEP_OUTPUTS = [f"txt_{m}" for m in TREE_METHODS] + [f"tree_{m}" for m in TREE_METHODS] + ["narration", "depth"]
 RACE_OUTPUTS = [*COLUMNS, "slider", *STEP_OUTPUTS, "timeline", "summary", "about", "info", "headline", "download",
+                "page",
                 "message", "session", COST_SWITCH]
 # What the cost column's switch shows and hides: its settings, its race column and its step-through column.
 COST_PARTS = ["cost_settings", f"column_{COST_METHOD}", f"steps_{COST_METHOD}"]
@@ -90,6 +92,10 @@ def layout(examples: list[str], precisions: list[str], precision: str, preset: s
             with gr.Row():
                 ui["upload"] = gr.UploadButton("Load a run file", file_types=[".json", ".gz"], size="sm")
                 ui["download"] = gr.DownloadButton("Save this run", size="sm", interactive=False)
+                ui["save_page"] = gr.Button("Save as a page", size="sm", interactive=False, elem_id="save-page")
+            # The race as a page of its own (components/static_page.py), made when asked: it carries plotly (5 MB).
+            ui["page"] = gr.File(label="This race as a page to share (opens in any browser, offline)", visible=False,
+                                 elem_id="page-file")
             ui["info"] = gr.HTML(elem_classes="race-info")
     with gr.Accordion("Settings", open=False, elem_id="settings"):
         _settings(ui, precisions, precision, preset, model_info, menu, chosen, menu_on, typed,
@@ -182,7 +188,7 @@ def _step_through(ui: Ui) -> None:
     with gr.Row():
         ui["first"] = gr.Button("« First", size="sm", min_width=60)
         ui["prev"] = gr.Button("‹ Prev", size="sm", min_width=60)
-        ui["play"] = gr.Button("▶ Play", size="sm", min_width=60, elem_id="play")
+        ui["play"] = gr.Button(PLAY, size="sm", min_width=60, elem_id="play")
         ui["next"] = gr.Button("Next ›", size="sm", min_width=60, elem_id="next")
         ui["last"] = gr.Button("Last »", size="sm", min_width=60)
     ui["slider"] = CheckedSlider(0, 1, value=0, step=1, label="step (0 = prefill)", elem_id="step-slider")

@@ -27,6 +27,7 @@ class Session:
         self.queued = False  # Run was pressed and the race waits in the queue (Stop then cancels it)
         self.source: str | None = None  # the shipped example file the race came from, if it did
         self.file: str | None = None  # this session's race file in the export store
+        self.page: str | None = None  # and its race as a page, where asked for
         self.choice: ModelChoice | None = None  # the model menu's choice for this tab's races (None: the app's own)
         self.gpu_quota: Quota | None = None  # on ZeroGPU, what a refusal said the visitor has left
 
@@ -53,6 +54,7 @@ class Sessions:
             return
         session.request_stop()
         self.exports.remove(session.file)
+        self.exports.remove(session.page)
         if not session.busy:
             session.clear_stop()
 
@@ -65,6 +67,14 @@ class Sessions:
         session.file = self.exports.save(session.race, session.race.title or session.race.prompt,
                                           replacing=session.file)
         return session.file
+
+    def export_page(self, session: Session) -> str | None:
+        """The session's race as a page of its own (replacing its previous one)."""
+        if session.race is None:
+            return None
+        session.page = self.exports.save(session.race, session.race.title or session.race.prompt,
+                                          replacing=session.page, page=True)
+        return session.page
 
 
 class Turnstile:

@@ -11,7 +11,7 @@ from components.answer import answer_html
 from components.inputs import COST_SWITCH, step_index
 from components.race import COST_METHOD, RACE_METHODS, TREE_METHODS
 from components.tokens import escape
-from components.views import column_views, race_views, step_view
+from components.views import PAUSE, PLAY, column_views, race_views, step_view
 
 from .examples import ExampleShelf
 from .layout import COLUMNS, COST_PARTS, STEP_OUTPUTS, TREE_MODES, Ui, column_outputs
@@ -58,12 +58,18 @@ class Viewer:
             ui["timeline"]: views["timeline"], ui["summary"]: views["summary"], ui["about"]: views["about"],
             ui["info"]: views["info"], ui["headline"]: views["headline"],
             ui["download"]: gr.update(value=self.sessions.export(session), interactive=race is not None),
+            ui["save_page"]: gr.update(interactive=race is not None), ui["page"]: gr.update(value=None, visible=False),
             ui["message"]: message(text, kind),
             ui["session"]: session,
             # A race with the cost rule's run switches its column on; a loaded one without it switches it off (its
             # column would show "not run"), a raced one (stopped before the rule's first step) leaves it as it was.
             ui[COST_SWITCH]: has_cost if has_cost or loaded else gr.skip(),
         }
+
+    def save_page(self, session: Session | None) -> dict:
+        """The session's race as a page of its own, offered for download."""
+        path = self.sessions.export_page(session) if session else None
+        return gr.update(value=path, visible=path is not None)
 
     def _step_values(self, view) -> dict:
         values = [*(view.texts[m] for m in TREE_METHODS), *(view.trees[m] for m in TREE_METHODS), view.narration,
@@ -125,10 +131,10 @@ class Viewer:
         ui, playing = self.ui, not playing
         start = 0 if playing and int(index or 0) >= last_step(session) else int(index or 0)
         return {ui["playing"]: playing, ui["timer"]: gr.Timer(active=playing),
-                ui["play"]: gr.update(value="❚❚ Pause" if playing else "▶ Play"), ui["slider"]: start}
+                ui["play"]: gr.update(value=PAUSE if playing else PLAY), ui["slider"]: start}
 
     def tick(self, playing: bool, index: float | None, session: Session | None) -> dict:
         ui, index = self.ui, int(index or 0)
         if not playing or index >= last_step(session):
-            return {ui["playing"]: False, ui["timer"]: gr.Timer(active=False), ui["play"]: gr.update(value="▶ Play")}
+            return {ui["playing"]: False, ui["timer"]: gr.Timer(active=False), ui["play"]: gr.update(value=PLAY)}
         return {ui["playing"]: True, ui["slider"]: index + 1}
