@@ -37,7 +37,8 @@ from .space_pairs import ExportError, space_pairs, space_race, start_up_timeout
 ROOT = Path(__file__).resolve().parent.parent
 KINDS = ("zerogpu", "cpu", "static")
 PACKAGES = ("ddd", "components", "explorer")  # the project's own top-level packages
-ASSETS = ("assets/head", "assets/examples")  # the shipped head (ddd.catalog.SHIPPED_HEAD) and recorded races
+# The shipped head (ddd.catalog.SHIPPED_HEAD), the recorded races, and the player of a page the app saves.
+ASSETS = ("assets/head", "assets/examples", "components/static_player")
 LFS_BYTES = 10 * 10**6  # the hub takes larger files through LFS / Xet only
 # ZeroGPU runs these PyTorch releases and Python 3.10.13 or 3.12.12; the whole suite passes on 2.11.0 / 3.12.
 ZEROGPU_TORCHES = ("2.8.0", "2.9.1", "2.10.0", "2.11.0")

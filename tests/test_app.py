@@ -2,6 +2,7 @@
 from __future__ import annotations
 
 import json
+from pathlib import Path
 
 import pytest
 
@@ -233,18 +234,19 @@ def test_a_random_eagle3_head_for_the_default_model_races_losslessly(tmp_path):
     assert traces["eagle2"].head_kind == traces["ddd"].head_kind == "eagle3"
 
 
-def test_closing_a_tab_stops_its_race_and_removes_its_files(page, tmp_path):
+def test_closing_a_tab_stops_its_race_and_removes_its_files_and_page(page, tmp_path):
     from components.exports import ExportStore
     from explorer.sessions import Sessions
 
     sessions = Sessions(ExportStore(folder=tmp_path))
     session = Session()
     race_frames(page, "the cat sat", session)
-    saved = sessions.export(session)
-    assert saved and (tmp_path / saved.split("/")[-1]).exists()
+    saved, shared = sessions.export(session), sessions.export_page(session)
+    assert saved and shared.endswith(".html") and (tmp_path / saved.split("/")[-1]).exists()
+    assert session.race.title in Path(shared).read_text(encoding="utf-8")  # the race's own page
     session.busy = True  # as if a race were still decoding
     sessions.close(session)
-    assert session.stop_requested and not (tmp_path / saved.split("/")[-1]).exists()
+    assert session.stop_requested and not [p.name for p in tmp_path.iterdir()]
     session.busy = False
     sessions.close(session)  # once idle, its stop file goes too
     assert not session.stop_requested

@@ -98,10 +98,12 @@ def test_the_folder_holds_the_space_and_nothing_else(spaces, kind):
     assert not [n for n in names if n.split("/")[0] in {"tests", "training", "docs", "scripts", "runs", "data", "out",
                                                          ".venv", ".git"}]
     assert not [n for n in names if "__pycache__" in n or n.endswith((".pyc", ".pyi")) or ".partial" in n]
-    assert not [n for n in names if n.startswith(("ddd/train/", "components/static_player/"))]
+    assert not [n for n in names if n.startswith("ddd/train/")]
     if kind == "static":
         assert names == [".gitattributes", "README.md", "index.html", "lesson.html", "plotly.min.js"]
         return
+    assert {n for n in names if n.startswith("components/static_player/")} == {
+        f"components/static_player/{name}" for name in ("player.css", "player.js")}  # "Save as a page"
     assert {n.split("/")[0] for n in names} <= SERVED
     assert {n.split("/")[1] for n in names if n.startswith("assets/")} == {"head", "examples"}
     assert [n for n in names if n.startswith("assets/examples/")] == [f"assets/examples/{p.name}" for p in EXAMPLES]
