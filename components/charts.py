@@ -14,7 +14,13 @@ from .tokens import plot_text, visible
 from .verdict import decode_tokens_per_s, shares_lead, verdict
 
 METHOD_COLORS = {"plain": "#64748b", "eagle": "#0ea5e9", "eagle2": "#2563eb", "ddd": "#9333ea", "cost": "#0d9488"}
+# EAGLE-2's purple-blue and DDD's purple look alike to a deuteranope (CIELAB distance about 5 once simulated), so
+# each method's depth line and accepted bars carry a shape of their own too: EAGLE-2 a thick stepped line with no
+# markers, DDD circles, the cost rule diamonds; the bars a fill pattern per method.
+METHOD_SYMBOLS = {"ddd": "circle", "cost": "diamond"}
+METHOD_PATTERNS = {"eagle2": "", "ddd": "/", "cost": "."}
 PHASE_COLORS = {"draft": "#60a5fa", "verify": "#f472b6", "other": "#cbd5e1"}
+LEGEND_GAP_PX = 24  # from the plot's bottom edge to a legend under it: room for the tick labels
 SUMMARY_HEADERS = ["method", "tokens", "time (s)", "decode tokens/s", "speedup vs plain", "tau", "target forwards",
                    "mean draft depth", "acceptance rate", "prefill ms", "draft ms/step", "verify ms/step",
                    "other ms/step"]
@@ -46,10 +52,12 @@ def depth_figure(race: Race | None, current: int | None = None, height: int = 60
             type="scatter", meta=f"{method}-depth", x=[s.index for s in steps], y=[s.draft_calls for s in steps],
             name=f"{label} depth", mode="lines" if fixed else "lines+markers", legendgroup=method,
             line=dict(color=METHOD_COLORS[method], shape="hv" if fixed else "linear", width=3 if fixed else 2),
-            marker=dict(size=6), hovertemplate=f"{label} step %{{x}}: %{{y}} draft calls<extra></extra>"))
+            marker=dict(size=7, symbol=METHOD_SYMBOLS.get(method, "circle")),
+            hovertemplate=f"{label} step %{{x}}: %{{y}} draft calls<extra></extra>"))
         data.append(dict(
             type="bar", meta=f"{method}-accepted", x=[s.index for s in steps], y=[s.accepted for s in steps],
-            name=f"{label} accepted", marker=dict(color=METHOD_COLORS[method]), opacity=0.75, legendgroup=method,
+            name=f"{label} accepted", legendgroup=method, opacity=0.75,
+            marker=dict(color=METHOD_COLORS[method], pattern=dict(shape=METHOD_PATTERNS.get(method, ""))),
             xaxis="x3", yaxis="y3", hovertemplate=f"{label} step %{{x}}: %{{y}} draft tokens accepted<extra></extra>"))
     steps = _decode_steps(ddd)
     if steps:
@@ -84,7 +92,7 @@ def depth_figure(race: Race | None, current: int | None = None, height: int = 60
         shapes.append(dict(type="line", name="current", xref="x", yref="paper", x0=current, x1=current, y0=0, y1=1,
                            line=dict(color="#f59e0b", width=2)))
     titles = ("draft calls per step (tree depth)", "DDD confidence H at each check",
-              "draft tokens accepted per step (each step also adds one bonus token)")
+              "draft tokens accepted per step (+1 bonus each)")  # short: a phone shows it whole
     for (suffix, (low, high)), text in zip(domains.items(), titles):
         notes.append(dict(text=text, xref="paper", yref="paper", x=0, y=high, xanchor="left", yanchor="bottom",
                           showarrow=False, font=dict(size=12)))
@@ -148,9 +156,13 @@ def timeline_figure(race: Race | None, height: int = 420) -> go.Figure:
     notes = [dict(text=text, xref="paper", yref="paper", x=0, y=y, xanchor="left", yanchor="bottom", showarrow=False,
                   font=dict(size=12))
              for text, y in (("each step on a shared wall clock (s)", 1.0), ("where the time went (s)", 0.34))]
+    top, bottom = 40, 30
+    # The legend goes under the plot: at its top right plotly's toolbar covered it, and on a narrow screen its
+    # rows wrapped down onto the first panel's title.
     return figure(data, dict(
-        height=height, barmode="stack", margin=dict(l=70, r=10, t=40, b=30), bargap=0.35, uirevision="timeline",
-        legend=dict(orientation="h", y=1.12, x=1, xanchor="right", font=dict(size=10)), annotations=notes,
+        height=height, barmode="stack", margin=dict(l=70, r=10, t=top, b=bottom), bargap=0.35, uirevision="timeline",
+        legend=dict(orientation="h", x=0, xanchor="left", y=-LEGEND_GAP_PX / max(height - top - bottom, 1),
+                    yanchor="top", font=dict(size=10)), annotations=notes,
         xaxis=dict(anchor="y", rangemode="tozero"),
         yaxis=dict(anchor="x", domain=[0.48, 1.0], autorange="reversed", categoryorder="array", categoryarray=labels),
         xaxis2=dict(anchor="y2", rangemode="tozero"),

@@ -39,7 +39,9 @@ def _feeds(setting: Setting) -> list[str]:
     return [m for m in columns if m in RACE_METHODS] or columns
 
 
-LABELS = {s.name: " / ".join(METHOD_LABELS[m] for m in _feeds(s)) + " " + s.label for s in TREE_SETTINGS}
+# The columns' names head the label, set off by a colon: a label may be a phrase ("keep the costs fixed"), which
+# the bare names in front of it would turn into a garble.
+LABELS = {s.name: " / ".join(METHOD_LABELS[m] for m in _feeds(s)) + ": " + s.label for s in TREE_SETTINGS}
 
 
 def label(setting: Setting) -> str:

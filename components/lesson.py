@@ -192,7 +192,7 @@ def _draft_verify(race: Race) -> Chapter:
         "target chose after them in the same forward. Even a step whose every guess is wrong adds one token, so a "
         "speculative step never makes fewer tokens than a plain one; what it can lose is the time spent drafting.")
     figure = tree_figure(step, eagle2, show="verified", height=FIGURE_HEIGHT,
-                         title=f"EAGLE-2 · step {step.index} · the guesses the target checked")
+                         title=f"EAGLE-2 · step {step.index} · guesses checked")
     return Chapter(2, TITLES[1], text, figure, question)
 
 
@@ -268,7 +268,7 @@ def _eagle2(race: Race) -> Chapter:
         "The budget is what a forward can afford; where the draft is sure the kept candidates form a deep chain, "
         "where it is unsure a bushy tree.")
     figure = tree_figure(step, eagle2, show="shown", height=FIGURE_HEIGHT,
-                         title=f"EAGLE-2 · step {step.index} · kept and dropped candidates")
+                         title=f"EAGLE-2 · step {step.index} · kept and dropped")
     return Chapter(4, TITLES[3], text, figure, question)
 
 

@@ -23,6 +23,15 @@ COLORS = {
     "rejected": "#e11d48",
     "pruned": "#94a3b8",
 }
+# A shape per kind besides its colour, so that a reader who cannot tell green from red (about one man in twelve)
+# still tells an accepted node from a rejected one; the legend shows each shape beside its name.
+SYMBOLS = {
+    "root": "circle",
+    "accepted": "diamond",
+    "bonus": "star",
+    "rejected": "x",
+    "pruned": "circle-open",
+}
 STATUS_NAMES = {
     "root": "root (last token)",
     "accepted": "accepted draft",
@@ -40,6 +49,18 @@ LABELLED_LEVEL = 22
 MAX_LEVELS = 32
 MAX_NODES = 2_000
 GHOST_WIDTH = 0.6  # in levels
+# The title sits at the top, where the toolbar shows on hover at the right: lines of at most TITLE_CHARS characters
+# (about 260 px at 14 px: whole on a phone, and clear of the toolbar in a figure 420 px wide, as the app's columns
+# are), broken between the title's parts; the top margin keeps room for TITLE_LINES of them, so that stepping from a
+# one-line title to a two-line one never moves the tree. plotly sets a title of several lines with its first
+# baseline at `y` whatever its anchor, so the title is placed by that baseline, in pixels from the top. The checks'
+# H values stand above the levels, in three staggered rows NOTE_ROW_PX apart (pixels, not a share of the plot, so
+# that a tall tree does not lift them into the title).
+TITLE_CHARS, TITLE_LINES = 36, 2
+TITLE_BASELINE, TITLE_LINE_PX, TITLE_GAP = 21, 19, 12
+NOTE_ROW_PX = 13
+NOTES_PX = 3 * NOTE_ROW_PX + 12
+LEGEND_GAP_PX = 26  # below the level numbers under the plot
 SHORT_LABEL, LONG_LABEL = 6, 14  # characters of a node's label off and on the accepted path
 # The accepted path's labels sit above their nodes and the bonus token's below its star, so that the star,
 # half a level after the last accepted node, never covers that node's label.
@@ -158,7 +179,7 @@ def _hover(data: dict[str, Any]) -> str:
 
 def tree_figure(step: Step | None, trace: RunTrace | None = None, *, show: str = "shown", height: int | None = None,
                 title: str | None = None) -> go.Figure:
-    """The draft tree of one step: levels left to right in bands, coloured by what became of each node."""
+    """The draft tree of one step: levels left to right in bands, each node coloured and shaped by what became of it."""
     method = METHOD_LABELS.get(trace.method, trace.method) if trace is not None else "Draft"
     fixed = height or 480
     if step is None:
@@ -188,18 +209,35 @@ def tree_figure(step: Step | None, trace: RunTrace | None = None, *, show: str =
                          name=f"levels not drafted ({why})",
                          marker=dict(symbol="square", size=12, color=GHOST_COLOR, line=dict(color=GHOST_LINE, width=1))))
     last = levels + (0.7 + GHOST_WIDTH if ghost else 0.7)
+    lines = wrapped([head, f"{step.draft_calls} draft call{'s' if step.draft_calls != 1 else ''}",
+                     f"{step.accepted} accepted"])
+    top = TITLE_BASELINE + TITLE_LINE_PX * (max(len(lines), TITLE_LINES) - 1) + TITLE_GAP + (NOTES_PX if checks else 0)
+    bottom = 40
     return figure(traces, dict(
-        title=dict(text=head + f" · {step.draft_calls} draft call{'s' if step.draft_calls != 1 else ''}"
-                   f" · {step.accepted} accepted", font=dict(size=14)),
+        title=dict(text="<br>".join(lines), font=dict(size=14), y=1 - TITLE_BASELINE / height, yanchor="bottom"),
         height=height, shapes=shapes, annotations=notes + checks,
-        margin=dict(l=10, r=10, t=90 if checks else 50, b=40), hovermode="closest",
-        legend=dict(orientation="h", y=-0.08, x=0, font=dict(size=10)),
+        margin=dict(l=10, r=10, t=top, b=bottom), hovermode="closest",
+        legend=dict(orientation="h", x=0, xanchor="left", y=-LEGEND_GAP_PX / max(height - top - bottom, 1),
+                    yanchor="top", font=dict(size=10)),
         xaxis=dict(range=[-1.0, last], tickmode="array", tickvals=list(range(0, levels + 1)),
                    ticktext=["root"] + [str(i) for i in range(1, levels + 1)], title=None, showgrid=False,
                    zeroline=False),
         yaxis=dict(visible=False, range=[-1.08, 1.08]),
         uirevision=f"tree-{trace.method if trace else ''}",
     ))
+
+
+def wrapped(parts: list[str], width: int = TITLE_CHARS) -> list[str]:
+    """The title's parts (a part may itself hold " · ") as lines of at most `width` characters, broken only between
+    parts, so that a narrow figure shows the whole title and its first line keeps clear of plotly's toolbar."""
+    pieces = [piece for part in parts for piece in part.split(" · ")]
+    lines = [pieces[0]]
+    for piece in pieces[1:]:
+        if len(lines[-1]) + 3 + len(piece) <= width:
+            lines[-1] += " · " + piece
+        else:
+            lines.append(piece)
+    return lines
 
 
 def _hidden_note(graph: nx.DiGraph, step: Step) -> list[dict]:
@@ -241,7 +279,7 @@ def _check_notes(step: Step, levels: int) -> list[dict]:
     notes = [dict(x=0, y=1.0, xref="x", yref="paper", yanchor="bottom", showarrow=False, text="H:",
                   font=dict(size=10, color="#475569"))]
     for row, check in enumerate(checks):
-        notes.append(dict(x=check.call, y=1.0 + 0.04 * (row % 3), xref="x", yref="paper", yanchor="bottom",
+        notes.append(dict(x=check.call, y=1.0, yshift=NOTE_ROW_PX * (row % 3), xref="x", yref="paper", yanchor="bottom",
                           showarrow=False, text=f"{check.confidence:.2f}" + (" stop" if check.stop else ""),
                           font=dict(size=10, color="#dc2626" if check.stop else "#15803d")))
     return notes
@@ -282,10 +320,9 @@ def _node_traces(graph: nx.DiGraph, pos: dict, per_level: dict[float, int]) -> l
             type="scatter", meta=status, x=[pos[n][0] for n in nodes], y=[pos[n][1] for n in nodes],
             mode="markers+text", text=labels, textposition=LABEL_POSITIONS.get(status, "middle right"),
             textfont=dict(size=12 if always else 10, color="#0f172a" if status != "pruned" else "#64748b"),
-            marker=dict(color=COLORS[status], size=15 if status == "bonus" else 12 if always else 8,
-                        symbol="star" if status == "bonus" else "circle-open" if status == "pruned" else "circle",
-                        line=dict(width=1.5 if status == "pruned" else 0.5,
-                                  color=COLORS[status] if status == "pruned" else "white")),
+            marker=dict(color=COLORS[status], size=15 if status == "bonus" else 12 if always else 9,
+                        symbol=SYMBOLS[status], line=dict(width=1.5 if status == "pruned" else 0.5,
+                                                          color=COLORS[status] if status == "pruned" else "white")),
             hovertext=[_hover(graph.nodes[n]) for n in nodes], hoverinfo="text",
             name=f"{STATUS_NAMES[status]} ({len(nodes)})",
         ))

@@ -8,6 +8,8 @@ from typing import Any
 import pandas as pd
 import plotly.graph_objects as go
 
+from ddd.numbers import readable
+from ddd.settings import COST_SETTINGS, METHOD_DECLARATIONS, PIN_COSTS, Setting
 from ddd.trace import RunTrace
 
 from .about import about_markdown
@@ -18,6 +20,9 @@ from .race import COLUMN_METHODS, METHOD_LABELS, RACE_METHODS, TREE_METHODS, Rac
 from .tokens import escape
 from .tree import tree_figure
 from .verdict import headline_html
+
+# What the cost rule prices a step with, said together as the costs it used (views' cost_words).
+COST_NAMES = {PIN_COSTS.name, *(s.name for s in COST_SETTINGS)}
 
 # The step-through's play button, in the app and on a saved or static page.
 PLAY, PAUSE = "\u25b6 Play", "\u275a\u275a Pause"
@@ -97,14 +102,61 @@ def race_info(race: Race | None) -> str:
     parts = [f"{title}Prompt: “{escape(race.prompt[:300])}”",
              f"Model {escape(source_name(any_trace.model))} ({escape(any_trace.precision)}, {escape(any_trace.device)}), "
              f"head: {escape(source_name(any_trace.head))}, {mode}."]
-    for method in TREE_METHODS:
-        trace = race.get(method)
-        if trace is not None:
-            settings = ", ".join(f"{k} {v}" for k, v in trace.settings.items())
-            parts.append(f"{METHOD_LABELS[method]}: {escape(settings)}.")
+    for method in race.methods:
+        if METHOD_DECLARATIONS.get(method):
+            parts.append(escape(f"{METHOD_LABELS[method]}: {settings_words(race.traces[method])}."))
     if race.note:
         parts.append(escape(race.note))
     return "<br>".join(parts)
+
+
+def settings_words(trace: RunTrace) -> str:
+    """A run's settings as the Settings panel names them (their declared labels), each value as a reader writes it;
+    the cost rule's costs as it priced its steps (`cost_words`). Plain text: the caller escapes it."""
+    declared = {s.name: s for s in METHOD_DECLARATIONS.get(trace.method, ())}
+    words = [f"{_label_of(declared.get(name), name)} {setting_words(declared.get(name), value)}"
+             for name, value in trace.settings.items() if name not in COST_NAMES]
+    if COST_NAMES & set(declared):
+        words.append(cost_words(trace))
+    return ", ".join(words)
+
+
+def _label_of(setting: Setting | None, name: str) -> str:
+    # A file may carry a setting no declaration names (a newer engine's): its key then reads as words.
+    return setting.label if setting is not None else name.replace("_", " ")
+
+
+def setting_words(setting: Setting | None, value: Any) -> str:
+    """One setting's value in words: yes/no, a list in brackets, a number without float noise."""
+    kind = setting.kind if setting is not None else ""
+    if isinstance(value, bool) or kind == "bool":
+        return "yes" if value else "no"
+    if kind == "calls":
+        return "(every call)" if value == "all" else f"({', '.join(str(c) for c in value)})"
+    if kind == "tree":
+        depth = max((len(p) for p in value), default=0)
+        same = [list(p) for p in value] == [list(p) for p in setting.default]
+        return "(EAGLE-1's 25-node tree)" if same else f"({len(value)} paths, {depth} levels deep)"
+    if isinstance(value, (int, float)):
+        return readable(value, 4) if isinstance(value, float) else f"{value:,}"
+    return str(value)
+
+
+def cost_words(trace: RunTrace) -> str:
+    """The costs the cost rule priced its steps with: where it measured them, the last measured ones (its settings
+    hold only where the measuring started), else those it kept."""
+    used = [s.costs for s in trace.steps if s.costs is not None]
+    measured = next((s for s in reversed(trace.steps) if s.costs is not None and s.costs.measured), None)
+    if measured is not None:
+        how, costs = f"costs measured on this machine as it decoded (as of step {measured.index})", measured.costs
+    else:
+        fixed = trace.settings.get(PIN_COSTS.name)
+        how = "costs kept fixed" if fixed else "costs not measured in this run"
+        costs = used[-1] if used else trace.settings
+    values = costs if isinstance(costs, dict) else vars(costs)
+    shown = ", ".join(f"{s.label} {readable(values[s.name])}" for s in COST_SETTINGS
+                      if isinstance(values.get(s.name), (int, float)))
+    return f"{how}: {shown} (in plain decoding steps)" if shown else how
 
 
 def source_name(source: str | None) -> str:

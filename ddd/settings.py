@@ -221,7 +221,7 @@ THRESHOLD = Setting("threshold", "float", -0.3, -1000, 0, "threshold on H",
 # The cost rule measures its own costs as it decodes (ddd/costs.py CostMeter) unless pinned; the declared values
 # are where a pinned rule stays and where a measuring one starts before it has timed anything: `python -m
 # ddd.bench.budget --dtype int8` on a 2-core AVX2 CPU (docs/results.md).
-PIN_COSTS = Setting("pin_costs", "bool", False, 0, 1, "pin the costs",
+PIN_COSTS = Setting("pin_costs", "bool", False, 0, 1, "keep the costs fixed (do not measure them)",
                     "use the three costs below as they are (reproducible trees) instead of measuring this machine's "
                     "as the rule decodes; unpinned, they are only where the measuring starts")
 DRAFT_COST = Setting("draft_cost", "float", 0.06, 0, 10, "draft call cost",

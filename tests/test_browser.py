@@ -258,7 +258,7 @@ def test_script_payloads_stay_text_in_the_browser(app_server, tmp_path):
         # A typed setting: the refusal quotes it as text.
         browser.js("[...document.querySelectorAll('button')].find(b => b.innerText.trim().startsWith('Settings'))"
                    "?.click()")
-        field = ("[...document.querySelectorAll('label')].find(l => l.innerText.includes('DDD check after calls'))"
+        field = ("[...document.querySelectorAll('label')].find(l => l.innerText.includes('DDD: check after calls'))"
                  "?.closest('.block')?.querySelector('textarea, input')")
         browser.wait_for(f"!!({field})", 20, "the check-after-calls field")
         type_into(browser, field, PAYLOADS[0], "the typed setting")

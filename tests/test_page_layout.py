@@ -50,7 +50,7 @@ def test_four_columns_settings_and_what_if_wrap_to_at_most_four_lines(app_server
             browser.screenshot(SHOTS / f"whatif-{width}.png", width, "#whatif")
         assert len(shown) > 20, shown  # the run settings, the tree settings, the cost rule's, the what-if's
         assert [s for s in shown if s[1] > MAX_LINES] == []
-        assert any(text.startswith("Cost rule draft call cost") for text, _ in shown)
+        assert any(text.startswith("Cost rule: draft call cost") for text, _ in shown)
     finally:
         browser.close()
     assert all((SHOTS / f"{part}-{w}.png").stat().st_size > 10_000 for part in ("race", "settings", "whatif")

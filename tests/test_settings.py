@@ -11,10 +11,12 @@ from components.inputs import (LABELS, RUN_SETTINGS, TREE_NAMES, TREE_SETTINGS, 
                                race_inputs, tree_settings)
 from components.narration import candidates_drafted
 from components.runfile import race_from_data
+from components.views import race_info
 from ddd import Generation, RunTrace, Sampling, SettingsError, generate, method_settings
 from ddd.cli import build_parser
 from ddd.settings import (BEAM_WIDTH, CHECK_STEPS, DRAFT_COST, MAX_NEW_TOKENS, METHOD_DECLARATIONS, SAMPLING_SETTINGS,
                           DDDSettings, Setting, current_names, parse_settings, settings_dict)
+from ddd.trace import CostsUsed
 from ddd.turns import Entry
 from explorer.layout import SETTINGS, widget
 from explorer.presets import PRESETS, race_entries, widget_values
@@ -72,7 +74,7 @@ def test_each_of_ddds_checks_is_parsed_alike(item):
     for value in ([5, item], (item,)) + (("5," + item,) if isinstance(item, str) else ()):
         with pytest.raises(SettingsError, match="^check_steps must be 'all' or draft calls from 1 to 64"):
             method_settings("ddd", check_steps=value)
-        with pytest.raises(InputError, match="^DDD check after calls must be 'all' or draft calls from 1 to 24"):
+        with pytest.raises(InputError, match="^DDD: check after calls must be 'all' or draft calls from 1 to 24"):
             tree_settings({**{n: GOOD[n] for n in TREE_NAMES}, "check_steps": value})
 
 
@@ -83,7 +85,7 @@ def test_whole_numbers_come_as_text_or_numbers(text, value):
 
 def test_the_app_allows_less_than_the_engine_where_declared():
     assert method_settings("eagle2", draft_calls=64).draft_calls == 64
-    with pytest.raises(InputError, match="EAGLE-2 draft calls must be a whole number from 1 to 16, not 17"):
+    with pytest.raises(InputError, match="EAGLE-2: draft calls must be a whole number from 1 to 16, not 17"):
         race_inputs(**{**GOOD, "draft_calls": 17}, precisions=["float32"])
     assert race_inputs(**{**GOOD, "max_new_tokens": 1}, precisions=["float32"]).max_new_tokens == 1
 
@@ -101,8 +103,8 @@ def test_the_panel_derives_from_the_declaration():
     assert SETTINGS == [s.name for s in RUN_SETTINGS] + ["precision"] + TREE_NAMES + ["race_cost"]
     assert TREE_NAMES == ["beam_width", "draft_calls", "total_tokens", "max_draft_calls", "check_steps", "threshold",
                           "pin_costs", "draft_cost", "verify_base", "verify_cost"]
-    assert LABELS["beam_width"] == "EAGLE-2 / DDD beam width" and LABELS["threshold"] == "DDD threshold on H"
-    assert LABELS["draft_cost"] == "Cost rule draft call cost"  # named after the fourth column, which alone takes it
+    assert LABELS["beam_width"] == "EAGLE-2 / DDD: beam width" and LABELS["threshold"] == "DDD: threshold on H"
+    assert LABELS["draft_cost"] == "Cost rule: draft call cost"  # named after the fourth column, which alone takes it
     for setting in (*RUN_SETTINGS, *TREE_SETTINGS):
         low, high = setting.bounds(ui=True)
         made = widget(setting, setting.ui_value(setting.start(ui=True)))
@@ -190,3 +192,30 @@ def test_a_setting_is_one_frozen_declaration():
     assert isinstance(BEAM_WIDTH, Setting) and BEAM_WIDTH.old_names == ("top_k",)
     with pytest.raises(AttributeError):
         BEAM_WIDTH.high = 5  # type: ignore[misc]
+
+
+def test_the_race_info_names_settings_by_their_labels_and_the_costs_the_rule_measured():
+    race = load_race("assets/examples/maths.json")
+    cost = race.traces["cost"]
+    cost.settings["pin_costs"] = False
+    for step in cost.steps:  # measured from step 2 on, the last time at step 5
+        if not step.prefill:
+            step.costs = CostsUsed(0.0712, 0.1234, 0.0311, measured=2 <= step.index <= 5)
+    info = race_info(race)
+    for raw in ("pin_costs", "draft_cost", "verify_base", "verify_cost", "beam_width", "max_draft_calls",
+                "check_steps", "total_tokens", "False", "True", "[[", "'all'"):
+        assert raw not in info, raw
+    line = next(part for part in info.split("<br>") if part.startswith("Cost rule:"))
+    assert f"{BEAM_WIDTH.label} 8" in line
+    assert ("costs measured on this machine as it decoded (as of step 5): draft call cost 0.0712, verify base cost "
+            "0.123, verify cost per token 0.0311") in line
+    assert "0.06" not in line  # the costs it started from, which its settings hold
+    assert f"{CHECK_STEPS.label} (every call)" in info and "threshold on H -0.3" in info
+    cost.settings["pin_costs"] = True
+    for step in cost.steps:
+        step.costs = None
+    assert "costs kept fixed: draft call cost 0.06, verify base cost 0.09" in race_info(race)
+    race.traces["ddd"].settings["check_steps"] = [5, 7]
+    race.title = "<b>pin_costs</b>"
+    info = race_info(race)
+    assert f"{CHECK_STEPS.label} (5, 7)" in info and "<b>pin_costs" not in info  # escaped
