@@ -10,7 +10,7 @@ its own message, naming the field where it was found.
 from __future__ import annotations
 
 import math
-from dataclasses import fields
+from dataclasses import MISSING, fields
 from pathlib import Path
 from typing import Any
 
@@ -18,22 +18,14 @@ from ddd.costs import Calibration, CalibrationError
 from ddd.settings import (COST_SETTINGS, METHOD_DECLARATIONS, PRECISIONS, SAMPLING_SETTINGS, Sampling, Setting,
                           SettingsError, current_names, parse_settings)
 from ddd.metrics import summarize
-from ddd.trace import (CHAIN_ENDS, SCHEMA_VERSION, STATUSES, CostsUsed, DepthCheck, DraftNode, RunTrace, Step,
-                       StepOps)
+from ddd.trace import (CHAIN_ENDS, SCHEMA_VERSION, STATUSES, DraftNode, RunTrace, Spec, Step,
+                       spec_of)
 
 from .jsonfile import LIMITS, FileLimits, read_json
 from .race import METHOD_LABELS, RACE_FORMAT, RACE_VERSION, Race, RaceFileError
 from .runcheck import check_race, check_run
 from .tokens import excerpt
 
-BIG_INT = 2**31  # token ids, ranks, indices: far beyond any vocabulary or pool
-MAX_MS = 1e9  # a step that took eleven days is a broken file, not a slow machine
-STEP_FIELDS = {f.name for f in fields(Step)}
-COSTS_FIELDS = {f.name for f in fields(CostsUsed)}
-OPS_FIELDS = {f.name for f in fields(StepOps)}
-NODE_FIELDS = {f.name for f in fields(DraftNode)}
-CHECK_REQUIRED = {"call", "confidence", "stop"}
-CHECK_FIELDS = {f.name for f in fields(DepthCheck)}  # the cost rule's numbers besides DDD's (ddd/costs.py)
 TRACE_FIELDS = {f.name for f in fields(RunTrace)}
 TRACE_REQUIRED = {"method", "settings", "sampling", "model", "head", "prompt", "prompt_tokens", "schema_version"}
 RACE_FIELDS = {"format", "version", "title", "note", "traces"}
@@ -152,6 +144,45 @@ class _Checker:
             raise self.fail(where, f"holds an invalid character (a lone surrogate at position {err.start})") from err
         return value
 
+    # -- records, by their declarations (ddd/trace.py Spec) -------------------------------------
+
+    def bound(self, value: float | str) -> float:
+        """A Spec bound: a number, or the name of a FileLimits field (with '-': its negative)."""
+        if isinstance(value, str):
+            return -getattr(self.limits, value[1:]) if value.startswith("-") else getattr(self.limits, value)
+        return value
+
+    def field(self, value: Any, spec: Spec, where: str) -> None:
+        if value is None and spec.optional:
+            return
+        low, high, kind = self.bound(spec.low), self.bound(spec.high), spec.kind
+        if kind == "int":
+            self.integer(value, where, int(low), int(high))
+        elif kind in ("number", "logprob"):
+            self.number(value, where, low, high, log=kind == "logprob")
+        elif kind == "flag":
+            self.flag(value, where)
+        elif kind == "text":
+            self.text(value, where, getattr(self.limits, spec.limit))
+        elif kind in ("ints", "logprobs", "records"):
+            item = Spec(kind[:-1], spec.low, spec.high, record=spec.record)
+            for i, value_i in enumerate(self.items(value, where, getattr(self.limits, spec.limit))):
+                self.field(value_i, item, f"{where}[{i}]")
+        elif kind == "record":
+            self.record(value, spec.record, where)
+        # "data": checked by the caller's own rules
+
+    def record(self, data: Any, cls: type, where: str) -> dict:
+        """`data` as a record of `cls`: its declared fields only, the required ones present, each as declared."""
+        data = self.obj(data, where)
+        declared = {f.name: f for f in fields(cls)}
+        required = {n for n, f in declared.items() if f.default is MISSING and f.default_factory is MISSING}
+        self.keys(data, set(declared), required, where)
+        for name, f in declared.items():
+            if name in data:
+                self.field(data[name], spec_of(f), f"{where}.{name}")
+        return data
+
     # -- records -------------------------------------------------------------------------------
 
     def trace(self, data: Any, where: str, method: str | None) -> RunTrace:
@@ -239,55 +270,11 @@ class _Checker:
         for name, value in data.items():
             self.number(value, f"{where}.{name}", 0, 1e12)
 
-    def costs(self, data: Any, where: str) -> None:
-        """The costs a cost-rule step was priced with: each within its setting's range."""
-        data = self.obj(data, where)
-        self.keys(data, COSTS_FIELDS, COSTS_FIELDS - {"step_ms", "retimed"}, where)
-        for setting in COST_SETTINGS:
-            self.number(data[setting.name], f"{where}.{setting.name}", *setting.bounds())
-        self.flag(data["measured"], f"{where}.measured")
-        self.flag(data.get("retimed", False), f"{where}.retimed")
-        if data.get("step_ms") is not None:
-            self.number(data["step_ms"], f"{where}.step_ms", 0, MAX_MS)
-
     def step(self, data: Any, where: str, position: int) -> None:
-        data = self.obj(data, where)
+        data = self.record(data, Step, where)
+        if data["index"] != position:
+            raise self.fail(f"{where}.index", f"is {excerpt(data['index'])}, but the step is number {position}")
         lim = self.limits
-        self.keys(data, STEP_FIELDS, {"index", "token_ids", "text", "accepted"}, where)
-        self.integer(data["index"], f"{where}.index", position, position)
-        for i, token in enumerate(self.items(data["token_ids"], f"{where}.token_ids", lim.list_items)):
-            self.integer(token, f"{where}.token_ids[{i}]", 0, BIG_INT)
-        self.text(data["text"], f"{where}.text", lim.step_text)
-        for name in ("draft_ms", "verify_ms", "other_ms"):
-            self.number(data.get(name, 0.0), f"{where}.{name}", 0, MAX_MS)
-        self.flag(data.get("prefill", False), f"{where}.prefill")
-        for i, value in enumerate(self.items(data.get("confidence", []), f"{where}.confidence", lim.list_items)):
-            self.number(value, f"{where}.confidence[{i}]", -math.inf, 1e-3, log=True)
-        for i, check in enumerate(self.items(data.get("checks", []), f"{where}.checks", lim.list_items)):
-            check = self.obj(check, f"{where}.checks[{i}]")
-            self.keys(check, CHECK_FIELDS, CHECK_REQUIRED, f"{where}.checks[{i}]")
-            self.integer(check["call"], f"{where}.checks[{i}].call", 1, lim.list_items)
-            self.number(check["confidence"], f"{where}.checks[{i}].confidence", -math.inf, 1e-3, log=True)
-            self.flag(check["stop"], f"{where}.checks[{i}].stop")
-            for name in ("expected", "time", "gain", "time_gain"):  # tokens and plain steps: one step's worth
-                if check.get(name) is not None:
-                    self.number(check[name], f"{where}.checks[{i}].{name}", -lim.list_items, lim.list_items)
-            if check.get("verified") is not None:
-                self.integer(check["verified"], f"{where}.checks[{i}].verified", 1, lim.nodes_per_step)
-        for name in ("draft_calls", "max_draft_calls"):
-            self.integer(data.get(name, 0), f"{where}.{name}", 0, lim.list_items)
-        self.integer(data.get("verified", 0), f"{where}.verified", 0, lim.nodes_per_step)
-        bonus = data.get("bonus_id")
-        if bonus is not None:
-            self.integer(bonus, f"{where}.bonus_id", 0, BIG_INT)
-        self.text(data.get("bonus_text", ""), f"{where}.bonus_text", lim.token_text)
-        if data.get("costs") is not None:
-            self.costs(data["costs"], f"{where}.costs")
-        if data.get("ops") is not None:  # a run that counted its operations (ddd/ops.py)
-            ops = self.obj(data["ops"], f"{where}.ops")
-            self.keys(ops, OPS_FIELDS, OPS_FIELDS, f"{where}.ops")
-            for name in sorted(OPS_FIELDS):
-                self.integer(ops[name], f"{where}.ops.{name}", 0, BIG_INT)
         chain_end = data.get("chain_end", "")
         if chain_end != "" and chain_end not in CHAIN_ENDS:  # files made before it was recorded have none
             raise self.fail(f"{where}.chain_end", f"is {excerpt(chain_end)}, not one of {', '.join(CHAIN_ENDS)}")
@@ -296,14 +283,13 @@ class _Checker:
         if self.nodes > lim.nodes:
             raise self.fail(where, f"brings the file past {lim.nodes} draft nodes in all")
         parents = self.tree(pool, f"{where}.pool")
-        path = self.items(data.get("accepted_path", []), f"{where}.accepted_path", lim.list_items)
         accepted = self.integer(data["accepted"], f"{where}.accepted", 0, len(data["token_ids"]))
+        path = data.get("accepted_path", [])
         if not pool:
             if path:
                 raise self.fail(f"{where}.accepted_path", "lists nodes but the step has no draft pool")
             return
         for i, index in enumerate(path):
-            self.integer(index, f"{where}.accepted_path[{i}]", 0, BIG_INT)
             if index not in parents:
                 raise self.fail(f"{where}.accepted_path[{i}]", f"is {index}, not a node of the pool")
             expected = path[i - 1] if i else -1
@@ -318,14 +304,10 @@ class _Checker:
         walks parent links and would never end on a cycle); returns each node's parent."""
         parents: dict[int, int] = {}
         depths: dict[int, int] = {}
-        lim = self.limits
         for position, node in enumerate(pool):
             at = f"{where}[{position}]"
-            node = self.obj(node, at)
-            self.keys(node, NODE_FIELDS, NODE_FIELDS, at)
-            index = self.integer(node["index"], f"{at}.index", 0, BIG_INT)
-            parent = self.integer(node["parent"], f"{at}.parent", -1, BIG_INT)
-            depth = self.integer(node["depth"], f"{at}.depth", 0, lim.list_items)
+            node = self.record(node, DraftNode, at)
+            index, parent, depth = node["index"], node["parent"], node["depth"]
             if index in parents:
                 raise self.fail(f"{at}.index", f"repeats node {index}: every node of a pool needs its own index")
             if position == 0:
@@ -343,12 +325,6 @@ class _Checker:
                 raise self.fail(f"{at}.status", "is 'root' but only the first node is the root")
             if node["status"] not in STATUSES:
                 raise self.fail(f"{at}.status", f"is {excerpt(node['status'])}, not one of {', '.join(STATUSES)}")
-            self.integer(node["token_id"], f"{at}.token_id", 0, BIG_INT)
-            self.text(node["text"], f"{at}.text", lim.token_text)
-            self.number(node["logprob"], f"{at}.logprob", -math.inf, 1e-3, log=True)
-            self.number(node["score"], f"{at}.score", -math.inf, 1e-3, log=True)
-            self.integer(node["rank"], f"{at}.rank", 0, BIG_INT)
-            self.flag(node["in_beam"], f"{at}.in_beam")
             parents[index] = parent
             depths[index] = depth
         return parents

@@ -2,15 +2,21 @@
 
 Every record is plain data (JSON-serialisable). A run saves to and loads from one JSON file that
 carries SCHEMA_VERSION; a file of another version is refused with a clear message.
+
+Each field also declares what a file may hold there (`Spec`: its kind and range); a race file's loader
+(components/runfile.py) checks every field by these declarations, and its relations between fields
+(components/runcheck.py), so what a record is and what a file of it may say live together (docs/app.md,
+"The race-file contract").
 """
 from __future__ import annotations
 
 import json
-from dataclasses import asdict, dataclass, field
+import math
+from dataclasses import MISSING, asdict, dataclass, field
 from pathlib import Path
 from typing import Any
 
-from .settings import current_names
+from .settings import COST_SETTINGS, current_names
 
 SCHEMA_VERSION = 1
 FILE_DECIMALS = 4  # the decimals a saved race keeps of every number (components/race.py)
@@ -22,6 +28,42 @@ STATUSES = ("root", "accepted", "rejected", "pruned")  # of a DraftNode
 CHAIN_ENDS = ("tree_end", "pruned", "outside_vocab", "not_drafted")
 
 
+BIG_INT = 2**31  # token ids, ranks, indices: far beyond any vocabulary or pool
+MAX_MS = 1e9  # a step that took eleven days is a broken file, not a slow machine
+LOGPROB_HIGH = 1e-3  # a log-probability is at most 0; floats that went through JSON may land just above
+
+
+@dataclass(frozen=True)
+class Spec:
+    """What a file may hold in one field. `kind`: int, number, logprob (a number that may also be -Infinity),
+    flag, text, ints / logprobs (lists of those), record / records (one or a list of `record`), or data (checked
+    by its own rules: settings, sampling, summary, calibration). `low` / `high` bound a value; a bound or `limit`
+    given as text names a field of the loader's FileLimits (a list's length, a text's characters).
+    `optional`: null is allowed."""
+
+    kind: str
+    low: float | str = 0
+    high: float | str = BIG_INT
+    limit: str = "list_items"
+    record: type | None = None
+    optional: bool = False
+
+
+def declared(kind: str, low: float | str = 0, high: float | str = BIG_INT, *, limit: str = "list_items",
+             record: type | None = None, optional: bool = False, default: Any = MISSING,
+             factory: Any = MISSING) -> Any:
+    """A dataclass field with its Spec."""
+    spec = Spec(kind, low, high, limit, record, optional)
+    return field(default=default, default_factory=factory, metadata={"spec": spec})
+
+
+def spec_of(f: Any) -> Spec:
+    return f.metadata["spec"]
+
+
+_COST_BOUNDS = {s.name: s.bounds() for s in COST_SETTINGS}
+
+
 class TraceFileError(ValueError):
     """A trace file is missing, broken or of another schema version."""
 
@@ -30,16 +72,16 @@ class TraceFileError(ValueError):
 class DraftNode:
     """One candidate of a step's draft pool (index 0 is the root: the last token the target produced)."""
 
-    index: int
-    token_id: int
-    text: str
-    parent: int  # -1 for the root
-    depth: int
-    logprob: float  # draft log-probability given its parent
-    score: float  # cumulative draft log-probability from the root
-    rank: int  # rank among its siblings (0 = the draft's best)
-    in_beam: bool  # was expanded by a draft call
-    status: str  # root | accepted | rejected (verified, not accepted) | pruned (dropped by rerank)
+    index: int = declared("int")
+    token_id: int = declared("int")
+    text: str = declared("text", limit="token_text")
+    parent: int = declared("int", -1)  # -1 for the root
+    depth: int = declared("int", 0, "list_items")
+    logprob: float = declared("logprob", -math.inf, LOGPROB_HIGH)  # draft log-probability given its parent
+    score: float = declared("logprob", -math.inf, LOGPROB_HIGH)  # cumulative draft log-probability from the root
+    rank: int = declared("int")  # rank among its siblings (0 = the draft's best)
+    in_beam: bool = declared("flag")  # was expanded by a draft call
+    status: str = declared("data")  # root | accepted | rejected (verified, not accepted) | pruned (dropped by rerank)
 
 
 @dataclass
@@ -48,14 +90,15 @@ class DepthCheck:
     the numbers it weighed: the best tree so far (E accepted tokens expected, T plain steps, verified
     tokens) and the forecast of one more level (dE, dT)."""
 
-    call: int  # draft calls made when H was checked
-    confidence: float  # H = logsumexp of the beam's cumulative scores
-    stop: bool
-    expected: float | None = None  # E
-    time: float | None = None  # T
-    verified: int | None = None
-    gain: float | None = None  # dE
-    time_gain: float | None = None  # dT
+    call: int = declared("int", 1, "list_items")  # draft calls made when H was checked
+    confidence: float = declared("logprob", -math.inf, LOGPROB_HIGH)  # H = logsumexp of the beam's cumulative scores
+    stop: bool = declared("flag")
+    # Tokens and plain steps: one step's worth at most.
+    expected: float | None = declared("number", "-list_items", "list_items", optional=True, default=None)  # E
+    time: float | None = declared("number", "-list_items", "list_items", optional=True, default=None)  # T
+    verified: int | None = declared("int", 1, "nodes_per_step", optional=True, default=None)
+    gain: float | None = declared("number", "-list_items", "list_items", optional=True, default=None)  # dE
+    time_gain: float | None = declared("number", "-list_items", "list_items", optional=True, default=None)  # dT
 
 
 @dataclass
@@ -63,12 +106,13 @@ class CostsUsed:
     """The costs the cost rule priced a step with, in plain steps (ddd/costs.py StepCosts): measured on this
     machine as it decoded, or its settings' where they are pinned or nothing was timed yet."""
 
-    draft_cost: float
-    verify_base: float
-    verify_cost: float
-    measured: bool
-    step_ms: float | None = None  # what the fixed part of a step (a plain step) took here, where measured
-    retimed: bool = False  # the step verified a size the meter had not timed lately, not its best tree
+    draft_cost: float = declared("number", *_COST_BOUNDS["draft_cost"])
+    verify_base: float = declared("number", *_COST_BOUNDS["verify_base"])
+    verify_cost: float = declared("number", *_COST_BOUNDS["verify_cost"])
+    measured: bool = declared("flag")
+    # What the fixed part of a step (a plain step) took here, where measured.
+    step_ms: float | None = declared("number", 0, MAX_MS, optional=True, default=None)
+    retimed: bool = declared("flag", default=False)  # the step verified a size the meter had not timed lately
 
 
 PHASES = ("draft", "verify", "other")  # a step's parts, as its timings split it
@@ -80,9 +124,9 @@ class StepOps:
     verification (the target's forward over the tree and the acceptance walk), and the rest (the KV cache kept,
     the step's record, the text)."""
 
-    draft: int = 0
-    verify: int = 0
-    other: int = 0
+    draft: int = declared("int", default=0)
+    verify: int = declared("int", default=0)
+    other: int = declared("int", default=0)
 
     @property
     def total(self) -> int:
@@ -91,26 +135,27 @@ class StepOps:
 
 @dataclass
 class Step:
-    index: int
-    token_ids: list[int]  # tokens emitted this step (accepted drafts, then the bonus)
-    text: str  # the text they added
-    accepted: int  # draft tokens accepted (0 for plain decoding and the prefill)
-    draft_ms: float = 0.0
-    verify_ms: float = 0.0
-    other_ms: float = 0.0
-    prefill: bool = False
-    pool: list[DraftNode] = field(default_factory=list)
-    confidence: list[float] = field(default_factory=list)  # H after every draft call
-    checks: list[DepthCheck] = field(default_factory=list)
-    draft_calls: int = 0
-    max_draft_calls: int = 0
-    verified: int = 0  # tree nodes sent to the target, root included
-    accepted_path: list[int] = field(default_factory=list)  # pool indices from the root
-    bonus_id: int | None = None
-    bonus_text: str = ""
-    chain_end: str = ""  # one of CHAIN_ENDS for a speculative step
-    costs: CostsUsed | None = None  # the cost rule's
-    ops: StepOps | None = None  # operations dispatched, where the run counted them (ddd/ops.py)
+    index: int = declared("int")  # its position in the run (checked there)
+    token_ids: list[int] = declared("ints")  # tokens emitted this step (accepted drafts, then the bonus)
+    text: str = declared("text", limit="step_text")  # the text they added
+    accepted: int = declared("int")  # draft tokens accepted (0 for plain decoding and the prefill)
+    draft_ms: float = declared("number", 0, MAX_MS, default=0.0)
+    verify_ms: float = declared("number", 0, MAX_MS, default=0.0)
+    other_ms: float = declared("number", 0, MAX_MS, default=0.0)
+    prefill: bool = declared("flag", default=False)
+    pool: list[DraftNode] = declared("data", factory=list)  # a tree, checked as one
+    confidence: list[float] = declared("logprobs", -math.inf, LOGPROB_HIGH, factory=list)  # H after every draft call
+    checks: list[DepthCheck] = declared("records", record=DepthCheck, factory=list)
+    draft_calls: int = declared("int", 0, "list_items", default=0)
+    max_draft_calls: int = declared("int", 0, "list_items", default=0)
+    verified: int = declared("int", 0, "nodes_per_step", default=0)  # tree nodes sent to the target, root included
+    accepted_path: list[int] = declared("ints", factory=list)  # pool indices from the root
+    bonus_id: int | None = declared("int", optional=True, default=None)
+    bonus_text: str = declared("text", limit="token_text", default="")
+    chain_end: str = declared("data", default="")  # one of CHAIN_ENDS for a speculative step
+    costs: CostsUsed | None = declared("record", record=CostsUsed, optional=True, default=None)  # the cost rule's
+    # Operations dispatched, where the run counted them (ddd/ops.py).
+    ops: StepOps | None = declared("record", record=StepOps, optional=True, default=None)
 
     @property
     def ms(self) -> float:

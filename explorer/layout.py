@@ -45,8 +45,7 @@ def column_outputs(methods: tuple[str, ...]) -> list[str]:
 # The outputs of the callbacks that show a whole race, and those that show one step, in the API's order.
 COLUMNS = column_outputs(COLUMN_METHODS)
 STEP_OUTPUTS = [f"txt_{m}" for m in TREE_METHODS] + [f"tree_{m}" for m in TREE_METHODS] + ["narration", "depth"]
-RACE_OUTPUTS = [*COLUMNS, "slider", *STEP_OUTPUTS, "timeline", "summary", "about", "info", "headline", "download",
-                "page",
+RACE_OUTPUTS = [*COLUMNS, "slider", *STEP_OUTPUTS, "timeline", "summary", "about", "info", "headline", "download", "page",
                 "message", "session", COST_SWITCH]
 # What the cost column's switch shows and hides: its settings, its race column and its step-through column.
 COST_PARTS = ["cost_settings", f"column_{COST_METHOD}", f"steps_{COST_METHOD}"]
@@ -92,7 +91,7 @@ def layout(examples: list[str], precisions: list[str], precision: str, preset: s
             with gr.Row():
                 ui["upload"] = gr.UploadButton("Load a run file", file_types=[".json", ".gz"], size="sm")
                 ui["download"] = gr.DownloadButton("Save this run", size="sm", interactive=False)
-                ui["save_page"] = gr.Button("Save as a page", size="sm", interactive=False, elem_id="save-page")
+                ui["save_page"] = gr.Button("Save as a page", size="sm", elem_id="save-page")
             # The race as a page of its own (components/static_page.py), made when asked: it carries plotly (5 MB).
             ui["page"] = gr.File(label="This race as a page to share (opens in any browser, offline)", visible=False,
                                  elem_id="page-file")

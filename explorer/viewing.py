@@ -58,7 +58,7 @@ class Viewer:
             ui["timeline"]: views["timeline"], ui["summary"]: views["summary"], ui["about"]: views["about"],
             ui["info"]: views["info"], ui["headline"]: views["headline"],
             ui["download"]: gr.update(value=self.sessions.export(session), interactive=race is not None),
-            ui["save_page"]: gr.update(interactive=race is not None), ui["page"]: gr.update(value=None, visible=False),
+            ui["page"]: gr.update(value=None, visible=False),
             ui["message"]: message(text, kind),
             ui["session"]: session,
             # A race with the cost rule's run switches its column on; a loaded one without it switches it off (its
@@ -69,6 +69,8 @@ class Viewer:
     def save_page(self, session: Session | None) -> dict:
         """The session's race as a page of its own, offered for download."""
         path = self.sessions.export_page(session) if session else None
+        if path is None:
+            warn("There is no race to save yet: run one or pick an example.")
         return gr.update(value=path, visible=path is not None)
 
     def _step_values(self, view) -> dict:
