@@ -3,7 +3,7 @@ from __future__ import annotations
 
 import math
 
-from ddd.numbers import readable
+from ddd.numbers import ms_text, readable
 from ddd.trace import RunTrace, Step
 from ddd.tree import pool_size
 
@@ -60,10 +60,10 @@ def narrate(step: Step, trace: RunTrace, race: Race | None = None) -> str:
     if step.prefill:
         first = quoted(step.text) if step.text else "its first token"
         return (f"**Step 0 — prefill.** The target read the {_plural(trace.prompt_tokens, 'prompt token')} in one "
-                f"forward pass ({step.ms:.0f} ms) and produced {first}. Nothing is drafted before the first token: "
+                f"forward pass ({ms_text(step.ms)} ms) and produced {first}. Nothing is drafted before the first token: "
                 "the draft head needs the target's features of the prompt first.")
     if not step.draft_calls:
-        return (f"**Step {step.index} — {name}.** One target forward ({step.ms:.0f} ms) produced one token, "
+        return (f"**Step {step.index} — {name}.** One target forward ({ms_text(step.ms)} ms) produced one token, "
                 f"{quoted(step.text)}. Plain decoding always pays one full forward pass per token.")
     parts = [f"**Step {step.index} — {name}.**"]
     levels = step.draft_calls
@@ -72,9 +72,9 @@ def narrate(step: Step, trace: RunTrace, race: Race | None = None) -> str:
     ranking = ("calibrated path probability (the count with the best expected tokens per plain step)"
                if trace.method == "cost" else "cumulative probability")
     parts.append(f"The draft head proposed {_plural(drafted, 'candidate')} in {_plural(levels, 'level')} "
-                 f"({_plural(levels, 'draft call')}, {step.draft_ms:.0f} ms); the rerank kept the "
+                 f"({_plural(levels, 'draft call')}, {ms_text(step.draft_ms)} ms); the rerank kept the "
                  f"{checked} with the highest {ranking} and the target checked them all in one "
-                 f"forward pass ({step.verify_ms:.0f} ms).")
+                 f"forward pass ({ms_text(step.verify_ms)} ms).")
     text, whole = _acceptance(step, trace)
     parts.append(text)
     parts.append(WHY + why_depth(step, trace, race, whole))
@@ -163,7 +163,7 @@ def _depth(step: Step, trace: RunTrace, race: Race | None, whole: bool) -> str:
                 f"threshold {_threshold(trace)}), so it judged deeper levels unlikely to be accepted.")
         saved = limit - calls
         if saved > 0:
-            text += f" That saved {_plural(saved, 'draft call')} (about {saved * per_call:.0f} ms) against its maximum of {limit}"
+            text += f" That saved {_plural(saved, 'draft call')} (about {ms_text(saved * per_call)} ms) against its maximum of {limit}"
             if eagle2 is not None and eagle2 != calls:
                 diff = eagle2 - calls
                 text += (f", and it drafted {abs(diff)} {'fewer' if diff > 0 else 'more'} level{'s' if abs(diff) != 1 else ''}"
@@ -181,7 +181,7 @@ def _depth(step: Step, trace: RunTrace, race: Race | None, whole: bool) -> str:
             f"{_threshold(trace)}), so it drafted all {_plural(limit, 'level')}, its maximum")
     if eagle2 is not None and calls > eagle2:
         text += (f": {calls - eagle2} deeper than EAGLE-2's fixed {eagle2}, at a cost of about "
-                 f"{(calls - eagle2) * per_call:.0f} ms of extra drafting")
+                 f"{ms_text((calls - eagle2) * per_call)} ms of extra drafting")
     return text + "."
 
 
@@ -248,10 +248,10 @@ def _priced(step: Step) -> str:
 
 def _timing(step: Step, race: Race | None, tokens: int) -> str:
     per_token = step.ms / tokens if tokens else step.ms
-    text = (f"Time: {step.draft_ms:.0f} ms drafting + {step.verify_ms:.0f} ms verifying + {step.other_ms:.0f} ms "
-            f"other = {step.ms:.0f} ms for {_plural(tokens, 'token')}, {per_token:.0f} ms per token")
+    text = (f"Time: {ms_text(step.draft_ms)} ms drafting + {ms_text(step.verify_ms)} ms verifying + {ms_text(step.other_ms)} ms "
+            f"other = {ms_text(step.ms)} ms for {_plural(tokens, 'token')}, {ms_text(per_token)} ms per token")
     plain = _plain_ms_per_token(race)
     if plain:
         verdict = "faster" if per_token < plain else "slower"
-        text += f" (plain decoding: {plain:.0f} ms per token, so this step was {verdict})"
+        text += f" (plain decoding: {ms_text(plain)} ms per token, so this step was {verdict})"
     return text + "."

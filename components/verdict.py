@@ -21,6 +21,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from ddd.numbers import ms_text
 from ddd.trace import RunTrace, Step
 
 from .race import METHOD_LABELS
@@ -264,10 +265,10 @@ def shares_lead(result: Verdict, name: str) -> bool:
 
 def _why(standings: list[Standing]) -> str:
     ref = standings[0]
-    parts = [f"{ref.label} {ref.ms_per_token:.0f} ms per token"]
+    parts = [f"{ref.label} {ms_text(ref.ms_per_token)} ms per token"]
     for s in standings[1:]:
-        parts.append(f"{s.label} {s.ms_per_token:.0f} ms per token (tau {s.tau:.2f}: {s.draft_ms_per_token:.0f} ms "
-                     f"drafting and {s.verify_ms_per_token:.0f} ms verifying per token)")
+        parts.append(f"{s.label} {ms_text(s.ms_per_token)} ms per token (tau {s.tau:.2f}: {ms_text(s.draft_ms_per_token)} ms "
+                     f"drafting and {ms_text(s.verify_ms_per_token)} ms verifying per token)")
     prefill = ", ".join(f"{s.label} {s.prefill_ms:.0f}" for s in standings)
     return f"Why: {'; '.join(parts)}. Prefill, timed apart: {prefill} ms, counted in no speed."
 

@@ -24,3 +24,9 @@ def readable(value: float, digits: int = 3) -> str:
     if "." in text:
         text = text.rstrip("0").rstrip(".")
     return "0" if text in ("-0", "") else text
+
+
+def ms_text(value: float) -> str:
+    """Milliseconds as a page shows them: whole from 10 ms up, else two significant digits (a step of 0.06 ms is
+    not "0 ms")."""
+    return f"{value:.0f}" if abs(value) >= 10 else readable(value, 2)
