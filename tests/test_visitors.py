@@ -8,11 +8,14 @@ tests go through gradio_client and raw HTTP.
 from __future__ import annotations
 
 import json
+import os
 import shutil
 import time
+from pathlib import Path
 
 import pytest
 
+from explorer.choosing import OTHER
 from explorer.layout import RACE_OUTPUTS
 from tests.conftest import AppServer
 from tests.test_browser import CHROMIUM, Browser, text_of, type_into, upload
@@ -249,3 +252,67 @@ def test_malformed_raw_http_calls_get_a_message(server):
     for api, data, words in cases:
         event, text = raw_call(server, api, data)
         assert event == "error" and words in json.loads(text)["error"], (api, data, text)
+
+
+# -- memory over a long session ----------------------------------------------------------------------------------
+
+ROOT = Path(__file__).resolve().parents[1]
+SOAK_VISITORS = 3
+SOAK_ROUNDS = int(os.environ.get("DDD_SOAK_ROUNDS", "6"))  # per visitor; the note's full run set 30
+SOAK_GROWTH = 40e6  # bytes the last third of the rounds may add to the middle third's peak: allocator noise
+SOAK_BOUND = 600e6  # above the server's memory before the first round: a second pair's weights, caches, files
+
+
+def resident_bytes(pid: int) -> int:
+    for line in Path(f"/proc/{pid}/status").read_text().splitlines():
+        if line.startswith("VmRSS:"):
+            return int(line.split()[1]) * 1024
+    raise RuntimeError("no VmRSS")
+
+
+def soak_round(url: str, clients: list, visitor: int, round_: int, example: str) -> None:
+    """One visitor's turn: a race (visitor 0 alternates precisions; visitor 1 alternates pairs, the hub's tiny model
+    with a random head and, as a new visitor, the app's own), a recorded file loaded, an example opened, and every
+    other round the race saved as a page."""
+    from gradio_client import Client, handle_file
+
+    if visitor == 1:
+        if round_ % 2:
+            clients[1].predict(OTHER, "tiny-org/tiny-llama", "random", api_name="/choose_model")
+        else:
+            clients[1] = Client(url, verbose=False)
+    client = clients[visitor]
+    settings = list(RACE_SETTINGS)
+    settings[0], settings[4] = 12, ("bfloat16" if visitor == 0 and round_ % 2 else "float32")
+    out = dict(zip(RACE_OUTPUTS, client.predict("the cat sat", *settings, True, TREE_MODE, api_name="/run")))
+    assert not str(out["message"]).count("error-box"), out["message"]
+    loaded = dict(zip(RACE_OUTPUTS, client.predict(handle_file(example), True, TREE_MODE, api_name="/load_file")))
+    assert "error-box" not in str(loaded["message"]), loaded["message"]
+    client.predict("Maths: step by step, five decoders", True, TREE_MODE, api_name="/open_example")
+    if round_ % 2:
+        client.predict(api_name="/save_page")
+
+
+def test_memory_plateaus_over_many_races_from_several_visitors(server):
+    """Visitors race, switch precisions and pairs, load files, open examples and save pages, taking turns: after a
+    warm-up third of the rounds the server's memory stops growing (SOAK_GROWTH), and stays within SOAK_BOUND of
+    where it started."""
+    from concurrent.futures import ThreadPoolExecutor
+
+    from gradio_client import Client
+
+    examples = sorted(str(p) for p in (ROOT / "assets" / "examples").glob("*.json"))
+    clients = [Client(server.url, verbose=False) for _ in range(SOAK_VISITORS)]
+    start = resident_bytes(server.proc.pid)
+    readings = []
+    with ThreadPoolExecutor(SOAK_VISITORS) as pool:
+        for round_ in range(SOAK_ROUNDS):
+            list(pool.map(lambda v: soak_round(server.url, clients, v, round_, examples[(round_ + v) % len(examples)]),
+                          range(SOAK_VISITORS)))
+            readings.append(resident_bytes(server.proc.pid))
+    third = max(SOAK_ROUNDS // 3, 1)
+    middle, last = max(readings[third:2 * third]), max(readings[2 * third:])
+    mb = [round(r / 1e6) for r in (start, *readings)]
+    print(f"soak: {SOAK_VISITORS} visitors x {SOAK_ROUNDS} rounds, RSS MB start and per round: {mb}")
+    assert last <= middle + SOAK_GROWTH, mb
+    assert max(readings) <= start + SOAK_BOUND, mb
