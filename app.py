@@ -33,6 +33,11 @@ from explorer.racing import time_start_up, zero_gpu
 
 EXAMPLES_DIR = Path(os.environ.get("DDD_EXAMPLES") or shipped("examples"))
 THEME = dict(primary_hue="violet", secondary_hue="blue")
+# Violet 500 on white or on violet 100 is under WCAG AA's 4.5:1 for text; 700 is over 7:1 (tests/test_accessibility.py).
+THEME_TEXT = dict(button_primary_background_fill="*primary_700", button_primary_background_fill_hover="*primary_800",
+                  block_label_text_color="*primary_700", block_title_text_color="*primary_700",
+                  block_info_text_color="*neutral_600", body_text_color_subdued="*neutral_600",
+                  checkbox_label_background_fill_selected="*primary_700")
 
 
 def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
@@ -81,7 +86,7 @@ def main(argv: list[str] | None = None) -> None:
     if page.runner.gpu is not None:  # on ZeroGPU: a visitor's race asks for what it will take (explorer.gputime)
         time_start_up(models, page.runner.race, page.runner.measure, page.runner.gpu, [None, *others])
     page.demo.launch(server_name=args.host, server_port=args.port, css=CSS, allowed_paths=[str(EXAMPLES_DIR)],
-                     max_file_size=LIMITS.file_bytes, theme=gr.themes.Soft(**THEME))
+                     max_file_size=LIMITS.file_bytes, theme=gr.themes.Soft(**THEME).set(**THEME_TEXT))
 
 
 if __name__ == "__main__":

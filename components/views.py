@@ -42,7 +42,7 @@ CSS = """
   min-height: 68px; align-content: flex-start; }
 .counters b { margin-right: 6px; font-size: 14px; }
 .badge { background: #f1f5f9; border-radius: 10px; padding: 1px 8px; white-space: nowrap; }
-.badge .k { color: #64748b; }
+.badge .k { color: #475569; }
 .badge .v { font-weight: 600; color: #0f172a; font-variant-numeric: tabular-nums; }
 .status { color: #7c3aed; margin-left: 6px; }
 .legend-line { font-size: 12px; color: #475569; }
@@ -54,7 +54,7 @@ CSS = """
 .headline { border-left: 5px solid #7c3aed; background: #f5f3ff; padding: 8px 12px; border-radius: 6px;
   font-size: 16px; color: #1e1b4b; }
 .headline.tie { border-left-color: #64748b; background: #f8fafc; color: #0f172a; }
-.headline.empty { font-size: 13px; color: #64748b; background: #f8fafc; border-left-color: #cbd5e1; }
+.headline.empty { font-size: 13px; color: #475569; background: #f8fafc; border-left-color: #cbd5e1; }
 .headline .why { font-size: 12px; font-weight: normal; color: #475569; margin-top: 3px; }
 #summary th, #summary th * { white-space: normal !important; overflow: visible !important;
   text-overflow: clip !important; word-break: keep-all !important; }

@@ -9,6 +9,12 @@ if [ "${1:-}" = "--test" ]; then
   if ! command -v chromium >/dev/null 2>&1 && [ "$(id -u)" = 0 ] && command -v apt-get >/dev/null 2>&1; then
     (apt-get update -qq && apt-get install -y -qq chromium >/dev/null) || echo "chromium not installed: browser tests will be skipped"
   fi
+  # axe-core, the accessibility scanner tests/test_accessibility.py runs in the browser, from npm.
+  if command -v npm >/dev/null 2>&1; then
+    npm install --silent --no-audit --no-fund --prefix .venv/axe axe-core@4.14.1 || echo "axe-core not installed: accessibility tests will be skipped"
+  else
+    echo "npm not found: axe-core not installed, accessibility tests will be skipped"
+  fi
 else
   .venv/bin/pip install -q -r requirements.txt
 fi
