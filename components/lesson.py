@@ -62,6 +62,10 @@ class Question:
                         f"**Not quite: the answer is “{markdown_literal(self.choices[self.answer])}”.**")
         return f"{verdict_line} {self.why}"
 
+    def revealed(self) -> str:
+        """The answer as a presenter shows it to the room, or a hand-out's answers page prints it."""
+        return f"**Answer: {markdown_literal(self.choices[self.answer])}.** {self.why}"
+
 
 @dataclass(frozen=True)
 class TryIt:

@@ -31,12 +31,23 @@ def lesson_data(lesson: Lesson, live: str | None = None) -> dict:
             "html": markdown_html(chapter.text), "figure": figure_json(chapter.figure),
             "ask": markdown_html(question.ask), "choices": list(question.choices),
             "replies": [markdown_html(question.reply(i)) for i in range(len(question.choices))],
+            "answer": markdown_html(question.revealed()),
             "tryIt": markdown_html(chapter.try_it.text) if chapter.try_it else "",
             "link": live + chapter.try_it.query() if chapter.try_it and live else "",
         })
     # What a link to no chapter opens with; the script only puts the link's name (as text) where NAME stands.
     unknown = ["This lesson has no chapter called \u201c", "NAME", "\u201d: here is chapter 1."]
-    return {"chapters": chapters, "unknown": unknown}
+    return {"chapters": chapters, "unknown": unknown, "words": WORDS}
+
+
+BUTTONS = {"present": "Present on a projector (full screen)", "print": "Print the hand-out (one chapter a page)"}
+# Every word the page's script shows besides the chapters'.
+WORDS = {
+    "tryLink": "Open it in the race \u203a",
+    "presenting": "Presenting: \u2192 / \u2190 next and previous chapter \u00b7 Space shows the answer \u00b7 Esc leaves",
+    "answers": "Answers",
+    "question": "Question",
+}
 
 
 def lesson_html(lesson: Lesson, *, plotly_src: str | None = None, plotly_js: str | None = None,
@@ -51,6 +62,7 @@ def lesson_html(lesson: Lesson, *, plotly_src: str | None = None, plotly_js: str
         "@CSP@": CSP, "@TITLE@": escape(lesson.title.replace("\\", "")), "<!--@INTRO@-->": markdown_html(lesson.intro),
         "<!--@BACK@-->": f'<a class="back" href="{escape(back)}">‹ the recorded races</a>' if back else "",
         "<!--@PLOTLY@-->": plotly, "/*@DATA@*/": script_json(lesson_data(lesson, live)),
+        "@PRESENT@": escape(BUTTONS["present"]), "@PRINT@": escape(BUTTONS["print"]),
     }
     page = PAGE
     for mark, value in parts.items():
@@ -102,6 +114,40 @@ nav a[aria-current="true"] { background: #7c3aed; color: #fff; border-color: #7c
 .steps { display: flex; justify-content: space-between; margin-top: 12px; font-size: 14px; }
 @media (max-width: 600px) { main { padding: 10px; } .chapter { padding: 4px 10px 10px; }
   .js-plotly-plot .modebar-container { display: none !important; } }
+.tools { display: flex; flex-wrap: wrap; gap: 8px; margin: 8px 0; }
+.tools button { font: inherit; font-size: 14px; padding: 6px 14px; border-radius: 6px; border: 1px solid #6d28d9;
+  background: #6d28d9; color: #fff; cursor: pointer; }
+.tools button.plain { background: #fff; color: #5b21b6; }
+#presenter-answer, #presenter-hint, #print-view { display: none; }
+/* Presenting: one chapter a screen in large type, its figure first, the answer shown on a key press. */
+body.presenting { font-size: 26px; background: #fff; }
+body.presenting main { max-width: none; padding: 12px 32px; }
+body.presenting .back, body.presenting h1, body.presenting #intro, body.presenting nav, body.presenting .tools,
+body.presenting .steps, body.presenting #question-reply, body.presenting #try-it, body.presenting #link-note { display: none; }
+body.presenting .chapter { display: grid; grid-template-columns: minmax(0, 57fr) minmax(0, 43fr);
+  grid-template-rows: auto minmax(0, 1fr); gap: 0 32px; height: calc(100vh - 64px); border: none; padding: 0; }
+body.presenting #chapter-title { grid-column: 1 / -1; font-size: 40px; margin: 4px 0 8px; }
+body.presenting #chapter-figure-slot { grid-column: 1; grid-row: 2; min-height: 0; }
+body.presenting #side { grid-column: 2; grid-row: 2; overflow-y: auto; font-size: 22px; line-height: 1.45; }
+body.presenting .question { font-size: 24px; }
+body.presenting .question input { width: 22px; height: 22px; }
+body.presenting #presenter-answer:not([hidden]) { display: block; margin-top: 10px; border-left: 6px solid #16a34a;
+  background: #f0fdf4; padding: 6px 16px; border-radius: 6px; }
+body.presenting #presenter-hint { display: block; position: fixed; bottom: 0; left: 0; right: 0; font-size: 15px;
+  color: #334155; background: #f1f5f9; padding: 4px 16px; }
+/* The hand-out on paper: every chapter on a page of its own, its figure drawn for print, the answers last. */
+@page { size: A4; margin: 12mm; }
+@media print {
+  body { background: #fff; font-size: 10.5pt; line-height: 1.4; }
+  main { display: none; }
+  #print-view { display: block; }
+  .print-chapter { break-after: page; }
+  .print-chapter:last-child { break-after: auto; }
+  .print-chapter h2 { font-size: 16pt; margin: 0 0 6px; }
+  .print-answers h3 { font-size: 11pt; margin: 8px 0 2px; }
+  .print-figure { break-inside: avoid; }
+  .print-choices { margin: 4px 0 0 18px; }
+}
 </style>
 </head>
 <body>
@@ -110,9 +156,13 @@ nav a[aria-current="true"] { background: #7c3aed; color: #fff; border-color: #7c
 <h1 id="title"></h1>
 <div id="intro"><!--@INTRO@--></div>
 <nav aria-label="chapters"><ol id="chapters"></ol></nav>
+<div class="tools"><button type="button" id="present">@PRESENT@</button>
+<button type="button" id="print" class="plain">@PRINT@</button></div>
 <article class="chapter" id="chapter">
   <p id="link-note" role="status" hidden></p>
   <h2 id="chapter-title"></h2>
+  <div id="chapter-figure-slot"></div>
+  <div id="side">
   <div id="chapter-text"></div>
   <div id="chapter-figure" class="figure"></div>
   <form class="question" id="question">
@@ -121,9 +171,13 @@ nav a[aria-current="true"] { background: #7c3aed; color: #fff; border-color: #7c
     <div id="question-reply" class="reply" hidden></div>
   </form>
   <div id="try-it" class="try" hidden></div>
+  <div id="presenter-answer" role="status" hidden></div>
+  </div>
   <div class="steps"><a id="previous" href="#">‹ previous chapter</a><a id="next" href="#">next chapter ›</a></div>
 </article>
 </main>
+<p id="presenter-hint"></p>
+<div id="print-view"></div>
 <!--@PLOTLY@-->
 <script type="application/json" id="lesson">/*@DATA@*/</script>
 <script>
@@ -190,9 +244,11 @@ nav a[aria-current="true"] { background: #7c3aed; color: #fff; border-color: #7c
       const link = document.createElement("a");
       link.href = chapter.link;
       link.id = "try-link";
-      link.textContent = "Open it in the race ›";
+      link.textContent = data.words.tryLink;
       tryIt.appendChild(link);
     }
+    $("presenter-answer").hidden = true;
+    $("presenter-answer").innerHTML = chapter.answer;
     $("previous").hidden = index === 0;
     $("next").hidden = index === chapters.length - 1;
     $("previous").href = "#" + chapters[Math.max(index - 1, 0)].anchor;
@@ -200,15 +256,105 @@ nav a[aria-current="true"] { background: #7c3aed; color: #fff; border-color: #7c
     const figure = JSON.parse(chapter.figure);
     const layout = Object.assign({}, figure.layout || {}, {autosize: true});
     delete layout.width;
-    // Plotly sizes a responsive figure to its element: the element takes the figure's own height.
-    $("chapter-figure").style.height = (layout.height || 450) + "px";
+    // Plotly sizes a responsive figure to its element: the element takes the figure's own height, or on a
+    // projector half the screen.
+    const presenting = document.body.classList.contains("presenting");
+    // Presenting, the figure fills the screen's left side, in type a room can read.
+    if (presenting) $("chapter-figure-slot").appendChild($("chapter-figure"));
+    else $("chapter-text").after($("chapter-figure"));
+    $("chapter-figure").style.height = presenting ? "100%" : (layout.height || 450) + "px";
+    if (presenting) {
+      delete layout.height;
+      layout.font = Object.assign({}, layout.font || {}, {size: 17});
+    }
     window.Plotly.react($("chapter-figure"), figure.data || [], layout,
                         {responsive: true, displaylogo: false, displayModeBar: "hover"});
   }
 
+  function go(step) {
+    const next = current + step;
+    if (next >= 0 && next < chapters.length) window.location.hash = chapters[next].anchor;
+  }
+
+  function present(on) {
+    document.body.classList.toggle("presenting", on);
+    $("presenter-hint").textContent = on ? data.words.presenting : "";
+    if (on && document.documentElement.requestFullscreen) document.documentElement.requestFullscreen().catch(() => {});
+    if (!on && document.fullscreenElement) document.exitFullscreen().catch(() => {});
+    show(current);
+  }
+
+  // The hand-out for paper: every chapter with its figure, then the answers; printed once every figure is drawn.
+  async function preparePrint() {
+    const view = $("print-view");
+    view.replaceChildren();
+    const drawn = [];
+    chapters.forEach((chapter) => {
+      const page = document.createElement("section");
+      page.className = "print-chapter";
+      const title = document.createElement("h2");
+      title.textContent = chapter.number + ". " + chapter.title;
+      const text = document.createElement("div");
+      text.innerHTML = chapter.html;
+      const figure = document.createElement("div");
+      figure.className = "print-figure";
+      const ask = document.createElement("div");
+      ask.innerHTML = chapter.ask;
+      const choices = document.createElement("ol");
+      choices.className = "print-choices";
+      choices.type = "a";
+      chapter.choices.forEach((choice) => {
+        const item = document.createElement("li");
+        item.textContent = choice;
+        choices.appendChild(item);
+      });
+      page.append(title, text, figure, ask, choices);
+      view.appendChild(page);
+      const spec = JSON.parse(chapter.figure);
+      // A4 less its margins is 700 px wide; a figure at most 360 px tall leaves its page room for the text.
+      const layout = Object.assign({}, spec.layout || {}, {width: 680, autosize: false});
+      layout.height = Math.min(layout.height || 450, 360);
+      drawn.push(window.Plotly.newPlot(figure, spec.data || [], layout, {staticPlot: true, displayModeBar: false}));
+    });
+    const answers = document.createElement("section");
+    answers.className = "print-chapter print-answers";
+    const heading = document.createElement("h2");
+    heading.textContent = data.words.answers;
+    answers.appendChild(heading);
+    chapters.forEach((chapter) => {
+      const answer = document.createElement("div");
+      answer.innerHTML = "<h3></h3>" + chapter.answer;
+      answer.firstChild.textContent = chapter.number + ". " + chapter.title;
+      answers.appendChild(answer);
+    });
+    view.appendChild(answers);
+    await Promise.all(drawn);
+    return chapters.length + 1;
+  }
+  window.preparePrint = preparePrint;
+
+  let current = 0;
   $("question").addEventListener("submit", (event) => event.preventDefault());
-  window.addEventListener("hashchange", () => { show(wanted()); $("chapter").scrollIntoView(); });
-  show(wanted());
+  $("present").addEventListener("click", () => present(true));
+  $("print").addEventListener("click", () => preparePrint().then(() => window.print()));
+  document.addEventListener("keydown", (event) => {
+    if (!document.body.classList.contains("presenting") || event.target.closest("input, textarea, select")) return;
+    if (["ArrowRight", "PageDown"].includes(event.key)) go(1);
+    else if (["ArrowLeft", "PageUp"].includes(event.key)) go(-1);
+    else if ([" ", "Enter"].includes(event.key)) {
+      $("presenter-answer").hidden = false;
+      $("presenter-answer").scrollIntoView({block: "nearest"});
+    }
+    else if (event.key === "Escape") present(false);
+    else return;
+    event.preventDefault();
+  });
+  document.addEventListener("fullscreenchange", () => {
+    if (!document.fullscreenElement && document.body.classList.contains("presenting")) present(false);
+  });
+  window.addEventListener("hashchange", () => { current = wanted(); show(current); $("chapter").scrollIntoView(); });
+  current = wanted();
+  show(current);
 })();
 </script>
 </body>

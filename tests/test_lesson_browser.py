@@ -14,7 +14,7 @@ import pytest
 from components.lesson import TITLES
 from components.static_page import write_static_page
 from ddd.bench.projection import zerogpu_costs
-from tests.test_browser import CHROMIUM, INJECTED, text_of
+from tests.test_browser import CHROMIUM, INJECTED, OUT, text_of
 from tests.test_static_page import EXAMPLES, RecordingBrowser
 
 pytestmark = [pytest.mark.slow,
@@ -145,5 +145,57 @@ def test_the_apps_lesson_panel(app_server, tmp_path):
         # out" (its event stream cut by the navigation), which is no fault of the page.
         left = ("favicon", "AbortError", "Connection errored out")
         assert [p for p in browser.problems() if not any(word in p for word in left)] == []
+    finally:
+        browser.close()
+
+
+def test_presenting_on_a_projector_and_printing_the_hand_out(tmp_path):
+    """Present: one chapter a 1920x1080 screen, large type, its figure first, the answer only on Space, arrows
+    between chapters, Esc back. Print: every chapter on a page of its own with its figure, then the answers
+    (a PDF, saved to out/lesson-handout.pdf with a screenshot of the presenter view beside it)."""
+    folder = tmp_path / "static"
+    write_static_page(folder, EXAMPLES, zerogpu_costs)
+    browser = recording(tmp_path / "profile")
+    try:
+        browser.send("Emulation.setDeviceMetricsOverride", {"width": 1920, "height": 1080, "deviceScaleFactor": 1,
+                                                            "mobile": False})
+        browser.send("Page.navigate", {"url": (folder / "lesson.html").as_uri()})
+        browser.wait_for("document.querySelectorAll('#chapter-figure .trace').length > 0", 60, "chapter 1's figure")
+        browser.js("document.querySelector('#present').click()")
+        browser.wait_for("document.body.classList.contains('presenting')", 10, "the presenter view")
+        title, figure, answer = (f"document.querySelector('#{i}').getBoundingClientRect()"
+                                 for i in ("chapter-title", "chapter-figure", "question"))
+        assert browser.js(f"{title}.top < {figure}.top && {figure}.top < {answer}.top")  # the figure first
+        assert browser.js("parseFloat(getComputedStyle(document.querySelector('#chapter-text')).fontSize)") >= 22
+        assert browser.js(f"{figure}.bottom") <= 1080 and browser.js("!document.querySelector('nav').offsetParent")
+        assert browser.js("document.querySelector('#presenter-answer').hidden")
+        key = lambda name, code: browser.send("Input.dispatchKeyEvent", {"type": "keyDown", "key": name, "code": code})
+        key(" ", "Space")
+        browser.wait_for("!document.querySelector('#presenter-answer').hidden", 10, "the answer on Space")
+        assert browser.js(text_of("presenter-answer")).startswith("Answer: ")
+        answer_box = "document.querySelector('#presenter-answer').getBoundingClientRect()"
+        assert 0 <= browser.js(f"{answer_box}.top") and browser.js(f"{answer_box}.bottom") <= 1080  # on screen
+        (OUT / "lesson-present-1920.png").parent.mkdir(parents=True, exist_ok=True)
+        (OUT / "lesson-present-1920.png").write_bytes(base64.b64decode(
+            browser.send("Page.captureScreenshot", {"format": "png"})["data"]))
+        key("ArrowRight", "ArrowRight")
+        browser.wait_for(f"{text_of('chapter-title')}.startsWith('2. ')", 10, "chapter 2 on the right arrow")
+        assert browser.js("document.querySelector('#presenter-answer').hidden")  # each chapter's answer waits
+        key("ArrowLeft", "ArrowLeft")
+        browser.wait_for(f"{text_of('chapter-title')}.startsWith('1. ')", 10, "chapter 1 on the left arrow")
+        key("Escape", "Escape")
+        browser.wait_for("!document.body.classList.contains('presenting')", 10, "Esc to leave")
+        assert browser.js("preparePrint()") == len(TITLES) + 1
+        browser.send("Emulation.setEmulatedMedia", {"media": "print"})
+        # A4 less 12 mm margins is 273 mm tall: 1,031 CSS px. Every chapter fits on its page.
+        heights = browser.js("[...document.querySelectorAll('.print-chapter')].slice(0, -1).map((s) => s.scrollHeight)")
+        assert len(heights) == len(TITLES) and max(heights) <= 1031, heights
+        pdf = base64.b64decode(browser.send("Page.printToPDF", {"printBackground": True, "preferCSSPageSize": True},
+                                            timeout=120)["data"])
+        (OUT / "lesson-handout.pdf").write_bytes(pdf)
+        pages = pdf.count(b"/Type /Page") - pdf.count(b"/Type /Pages")
+        assert pages >= len(TITLES) + 1, pages  # a page a chapter, then the answers
+        assert browser.js("document.querySelectorAll('#print-view .print-figure .main-svg').length") >= len(TITLES)
+        assert browser.problems() == []
     finally:
         browser.close()
