@@ -52,8 +52,9 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
                              "the Settings panel can switch it")
     parser.add_argument("--host", default=os.environ.get("GRADIO_SERVER_NAME", "127.0.0.1"))
     parser.add_argument("--port", type=int, default=int(os.environ.get("GRADIO_SERVER_PORT", "7860")))
-    parser.add_argument("--record-examples", action="store_true",
-                        help="record the example races into assets/examples (or DDD_EXAMPLES) and exit")
+    parser.add_argument("--record-examples", nargs="*", metavar="STEM",
+                        help="record the example races (or those named, e.g. maths) into assets/examples (or "
+                             "DDD_EXAMPLES), each until plain decoding's forwards are steady, and exit")
     parser.add_argument("--export-space", nargs=2, metavar=("KIND", "DIR"),
                         help="write DIR (new or empty) as a Hugging Face Space of KIND: zerogpu, cpu or static, "
                              "and exit (docs/deploy.md)")
@@ -78,8 +79,8 @@ def main(argv: list[str] | None = None) -> None:
     if args.export_space:
         raise SystemExit(export_space_cli(*args.export_space))
     config = ModelConfig(args.model or None, args.head or None, args.device, args.dtype)
-    if args.record_examples:
-        record_examples(Models(config), EXAMPLES_DIR)
+    if args.record_examples is not None:
+        record_examples(Models(config), EXAMPLES_DIR, only=args.record_examples)
         return
     models, others = zero_gpu_models(config) if zero_gpu() else (Models(config), [])
     page = build_page(models, ExampleShelf(EXAMPLES_DIR))

@@ -153,9 +153,9 @@ def _slow(race: Race) -> Chapter:
     question = Question(
         f"After the prefill, plain decoding wrote {counted(tokens, 'more token')}. How many forward passes of the target "
         "did that take?", choices, choices.index(str(forwards)),
-        f"{counted(forwards, 'forward')}: one per token. At a median of {median:.0f} ms a forward that is "
-        f"{forwards * median / 1000:.1f} s, and a longer answer costs proportionally more. The next chapters keep the "
-        "same model and the same answer, and cut the number of forwards.")
+        f"{counted(forwards, 'forward')}: one per token. Together they took {total_s:.1f} s on the clock (a median of "
+        f"{median:.0f} ms each), and a longer answer costs proportionally more. The next chapters keep the same model "
+        "and the same answer, and cut the number of forwards.")
     return Chapter(1, TITLES[0], text, timeline_figure(Race(traces={"plain": plain}), height=300), question)
 
 

@@ -257,7 +257,7 @@ def test_the_recorder_writes_every_example_with_the_app_race_loop(llama, llama_h
 
     models = Models(ModelConfig(dtype="float32"))
     models.install(llama, llama_head)
-    paths = record_examples(models, tmp_path, max_new_tokens=12)
+    paths = record_examples(models, tmp_path, max_new_tokens=12, attempts=1)
     assert [p.stem for p in paths] == [e.stem for e in EXAMPLE_RUNS]
     for path, example in zip(paths, EXAMPLE_RUNS):
         race = load_race(path)
