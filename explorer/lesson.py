@@ -53,9 +53,12 @@ def place(ui: dict) -> None:
 def wire(ui: dict, panel: "LessonPanel") -> None:
     ui["lesson_open"].click(panel.open, ui["lesson_chapter"], ui.of(SHOW_OUTPUTS), api_name=False)
     ui["lesson_close"].click(lambda: gr.update(visible=False), None, ui["lesson"], api_name=False, queue=False)
-    ui["lesson_chapter"].change(panel.chapter, ui["lesson_chapter"], ui.of(CHAPTER_OUTPUTS), api_name=False)
+    # Named: a class's load test opens the chapters and answers their questions as thirty students would
+    # (tests/test_class.py).
+    ui["lesson_chapter"].change(panel.chapter, ui["lesson_chapter"], ui.of(CHAPTER_OUTPUTS),
+                                api_name="lesson_chapter")
     ui["lesson_answer"].input(panel.answer, ui.of(["lesson_chapter", "lesson_answer"]), ui["lesson_reply"],
-                              api_name=False)
+                              api_name="lesson_answer")
     for name, move in (("lesson_prev", -1), ("lesson_next", 1)):
         ui[name].click(lambda n, m=move: panel.move(n, m), ui["lesson_chapter"], ui["lesson_chapter"], api_name=False)
 

@@ -14,6 +14,7 @@ from components.inputs import TREE_NAMES, InputError, race_inputs, replay_speed
 from components.race import METHOD_LABELS
 from components.replay import frame_times, steps_done
 from ddd import HeadLoadError, ModelLoadError
+from ddd.numbers import readable
 
 from .gputime import (ACCOUNT_QUOTA_S, DURATION_FACTOR, GpuAnswer, GpuTime, Quota, counted, refusal_words,
                       too_long_words)
@@ -95,8 +96,10 @@ class Runner:
                 return False
             if ahead != shown:
                 shown = ahead
+                left = self.turns.expected_wait_s(ahead)
+                about = f", about {readable(left, 2)} s to wait" if left is not None else ""
                 yield self._error(session, f"Waiting for its turn: {ahead} race{'s' if ahead > 1 else ''} ahead of "
-                                           "this one (Stop cancels it).", "note")
+                                           f"this one{about} (Stop cancels it).", "note")
             ahead = self.turns.ahead(ticket, WAIT_POLL_S)
         session.waiting = False
         return True

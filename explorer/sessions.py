@@ -1,9 +1,12 @@
 """One browser tab's state, and the store that makes and cleans up after every tab's."""
 from __future__ import annotations
 
+import statistics
 import tempfile
 import threading
+import time
 import uuid
+from collections import deque
 from pathlib import Path
 
 from components import Race
@@ -84,6 +87,8 @@ class Turnstile:
     def __init__(self) -> None:
         self._changed = threading.Condition()
         self._line: list[object] = []
+        self._front: dict[int, float] = {}  # a ticket's id: when it reached the front of the line
+        self._turns: deque[float] = deque(maxlen=8)  # how long the latest races held their turn (s)
 
     def join(self) -> object:
         ticket = object()
@@ -96,10 +101,21 @@ class Turnstile:
         with self._changed:
             if wait_s and self._line.index(ticket):
                 self._changed.wait(wait_s)
-            return self._line.index(ticket)
+            index = self._line.index(ticket)
+            if index == 0:
+                self._front.setdefault(id(ticket), time.monotonic())
+            return index
+
+    def expected_wait_s(self, ahead: int) -> float | None:
+        """About how long `ahead` races take, at the median of the latest turns; None before any turn ended."""
+        with self._changed:
+            return ahead * statistics.median(self._turns) if self._turns else None
 
     def leave(self, ticket: object) -> None:
         with self._changed:
             if ticket in self._line:
                 self._line.remove(ticket)
+            started = self._front.pop(id(ticket), None)
+            if started is not None:
+                self._turns.append(time.monotonic() - started)
             self._changed.notify_all()
