@@ -382,7 +382,7 @@ def _honest(race: Race, result: Any, example: str) -> Chapter:
     calls = [s.calls for s in replay.steps if s.recorded_calls]
     try_it = TryIt(example, threshold, (
         f"**Try it live.** In the app, race this prompt again with DDD's threshold at {readable(threshold)}, where "
-        f"its depth varies most: replayed at {readable(threshold)} (the What if panel under the race) "
+        f"its depth varies most: replayed at {readable(threshold)} (the app's What if panel, under its race) "
         f"this race's DDD would draft between {min(calls)} and {max(calls)} levels a step"
         + (f" (in {counted(replay.bounds, 'step')} deeper than the race drafted, so at least that deep)"
            if replay.bounds else "") +

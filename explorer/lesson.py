@@ -31,7 +31,8 @@ LINK_OUTPUTS = [*SHOW_OUTPUTS, "example", "prompt", THRESHOLD.name]
 
 def place(ui: dict) -> None:
     """The button that opens the lesson and its panel, closed (inside an open gr.Blocks, under the intro)."""
-    ui["lesson_open"] = gr.Button(OPEN_LABEL, size="sm", elem_id="lesson-open")
+    # The way in for a class: a full-width button in the theme's colour, not a thin grey box.
+    ui["lesson_open"] = gr.Button(OPEN_LABEL, variant="primary", size="lg", elem_id="lesson-open")
     with gr.Column(visible=False, elem_id="lesson") as ui["lesson"]:
         ui["lesson_title"] = gr.Markdown(elem_id="lesson-title")
         ui["lesson_chapter"] = gr.Radio([(f"{n}. {title}", n) for n, title in enumerate(TITLES, 1)], value=1,
