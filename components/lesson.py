@@ -313,26 +313,32 @@ def _cost(race: Race, gpu_costs: StepCosts | None) -> Chapter:
     # The question: the first weighing of the step that weighed most often.
     step = max(steps, key=lambda s: (len(s.checks), -s.index))
     check = step.checks[0]
-    costs = own_costs(cost)
+    # The costs that step was priced at, so that a student can compute its T from them (the rule measures as it
+    # decodes: a later step's costs differ).
+    costs = (StepCosts(step.costs.draft_cost, step.costs.verify_base, step.costs.verify_cost) if step.costs
+             else own_costs(cost))
+    measured = bool(step.costs and step.costs.measured)
     expected, time = check.expected or 0.0, check.time or 1.0
     gain, extra = check.gain or 0.0, check.time_gain or 0.0
     rate = (expected + 1) / time
     deeper = (expected + gain + 1) / (time + extra)
     verified = check.verified or 1
     cpu = costs.time(check.call, verified)
-    on_gpu = (f"T = {cpu:.2f} plain steps at this race's costs, but {gpu_costs.time(check.call, verified):.2f} on "
+    on_gpu = (f"T = {cpu:.2f} plain steps at these costs, but {gpu_costs.time(check.call, verified):.2f} on "
               f"ZeroGPU's GPU as the project's GPU projection prices this pair (a draft call "
               f"{readable(gpu_costs.draft_cost)}, a tree forward {readable(gpu_costs.verify_base)} more than a "
               f"one-token one, each verified token {readable(gpu_costs.verify_cost)}: projected, not measured)"
               if gpu_costs else
-              f"T = {cpu:.2f} plain steps at this race's costs; on a GPU a large model verifies tens of tokens for "
+              f"T = {cpu:.2f} plain steps at these costs; on a GPU a large model verifies tens of tokens for "
               "about the price of one")
     text = (f"DDD's threshold is a number someone chose. The **cost rule** asks instead what a deeper tree is worth "
             f"on this machine. **E** is the number of draft tokens a tree is expected to get accepted (the sum of "
             f"its candidates' calibrated acceptance chances); **T** is the step's time counted in plain steps: 1 for "
             f"the target's forward, {readable(costs.draft_cost)} per draft call, and where drafted tokens are verified "
             f"{readable(costs.verify_base)} for a tree forward plus {readable(costs.verify_cost)} per extra verified "
-            f"token (this race's costs for {machine_words(cost)}). A step makes E + 1 tokens in time T, so its rate is "
+            f"token (the costs step {step.index} was priced at, "
+            f"{'measured on ' + machine_words(cost) + ' as the race decoded' if measured else 'its settings'}). "
+            f"A step makes E + 1 tokens in time T, so its rate is "
             f"**(E + 1) / T** tokens per plain step, and one more level that adds dE tokens for dT time raises the "
             f"rate exactly when **dE / dT > (E + 1) / T**.\n\n"
             f"The prices decide the tree. After {counted(check.call, 'draft call')} of step {step.index} (figure) the best "

@@ -90,19 +90,31 @@ def test_chapter_4_the_budget_and_the_pool():
 
 def test_chapter_5_depths_add_up_to_ddds_steps_and_the_threshold_reads_as_a_share():
     text = chapter(5)
-    counted = [int(n) for n in re.findall(r"(\d+) levels? in (\d+) steps", text) for n in [n[1]]]
+    counted = [int(n) for _, n in re.findall(r"(\d+) levels? in (\d+) steps?", text)]
     assert sum(counted) == len([s for s in RACE.traces["ddd"].steps if not s.prefill])
     threshold = number(r"threshold\*\* \((-[\d.]+) here", text)
     assert number(r"less than (\d+)% of the draft", text) == round(100 * math.exp(threshold))
 
 
-def test_chapter_6_the_rates_are_the_ratios_they_say():
+def test_chapter_6_the_rates_are_the_ratios_they_say_and_t_is_the_stated_costs():
     text = chapter(6)
     expected, time = number(r"expects E = ([\d.]+)", text), number(r"in T = ([\d.]+) plain steps\. One", text)
-    gain, time_gain = number(r"add dE = ([\d.]+)", text), number(r"for dT = ([\d.]+) steps", text)
-    assert number(r"\(E \+ 1\) / T = ([\d.]+) tokens per plain step now", text) == pytest.approx(
-        (expected + 1) / time, abs=0.01)
-    assert number(r"= ([\d.]+) > ", text) == pytest.approx(gain / time_gain, rel=0.05)
+    gain, time_gain = number(r"add dE = (-?[\d.]+)", text), number(r"for dT = (-?[\d.]+) steps", text)
+    rate = number(r"\(E \+ 1\) / T = ([\d.]+) tokens per plain step now", text)
+    assert rate == pytest.approx((expected + 1) / time, abs=0.01)
+    if time_gain > 0:
+        assert number(r"= (-?[\d.]+) [>≤] ", text) == pytest.approx(gain / time_gain, rel=0.05)
+    else:
+        deeper = number(r"\(E \+ dE \+ 1\) / \(T \+ dT\) = ([\d.]+)", text)
+        assert deeper == pytest.approx((expected + gain + 1) / (time + time_gain), abs=0.01)
+    # T from the costs the chapter states: 1 + calls x draft + base + (verified - 1) x per token.
+    draft, base, per_token = (number(p, text) for p in (r"1 for the target's forward, ([\d.]+) per draft call",
+                                                        r"verified ([\d.]+) for a tree forward",
+                                                        r"plus ([\d.]+) per extra verified"))
+    calls, verified = number(r"After (\d+) draft calls? of step", text), number(r"best tree verified (\d+) token", text)
+    stated = number(r"tree verified \d+ tokens?: T = ([\d.]+) plain steps", text)
+    assert stated == pytest.approx(1 + calls * draft + base + (verified - 1) * per_token, abs=0.011)
+    assert stated == pytest.approx(time, abs=0.011)  # the text's T is the question's
 
 
 def test_chapter_7_the_spread_and_the_verdict_are_the_races():
