@@ -59,6 +59,10 @@ CSS = """
 #summary th, #summary th * { white-space: normal !important; overflow: visible !important;
   text-overflow: clip !important; word-break: keep-all !important; }
 @media (max-width: 600px) {
+  /* A phone's first screen shows a race: the title, the verdict and the columns come before the prompt, the
+     lesson's button and the settings (the intro's words are in the About tab). */
+  #intro { order: -5; } #intro p { display: none; } #message { order: -4; } #headline { order: -3; }
+  #race-columns { order: -2; } #lesson-open { order: -1; }
   .tab-container button, [role="tab"] { padding-left: 8px !important; padding-right: 8px !important; }
   /* On a phone the figures' toolbar sat on their titles; pinch zoom does its job there. */
   .js-plotly-plot .modebar-container { display: none !important; }

@@ -75,7 +75,7 @@ def layout(examples: list[str], precisions: list[str], precision: str, preset: s
     ui["playing"] = gr.State(False)
     gr.Markdown(INTRO + (f"\n\n{space.words(quick)}" if space else ""), elem_id="intro")
     place_lesson(ui)  # the lesson: a button here, its panel closed until asked for
-    with gr.Row(equal_height=False):
+    with gr.Row(equal_height=False, elem_id="ask"):
         with gr.Column(scale=3):
             ui["prompt"] = gr.Textbox(label="Prompt", lines=3, max_lines=8, elem_id="prompt",
                                       placeholder="Ask something, or pick an example below.")
@@ -101,7 +101,7 @@ def layout(examples: list[str], precisions: list[str], precision: str, preset: s
                   space.tokens if space else None)
     ui["message"] = gr.HTML(visible=False, elem_id="message")
     ui["headline"] = gr.HTML(headline_html({}), elem_id="headline")
-    with gr.Row(equal_height=False):
+    with gr.Row(equal_height=False, elem_id="race-columns"):
         for method in COLUMN_METHODS:
             with gr.Column(min_width=260, visible=method in RACE_METHODS) as ui[f"column_{method}"]:
                 ui[f"cnt_{method}"] = gr.HTML(counters_html(method, []), elem_id=f"cnt-{method}")

@@ -3,6 +3,7 @@ or help text wraps to more than four lines at 1440 px. Screenshots at 1440 and 4
 out/shots): the race, Settings and the what-if."""
 from __future__ import annotations
 
+import base64
 import json
 import os
 from pathlib import Path
@@ -55,3 +56,22 @@ def test_four_columns_settings_and_what_if_wrap_to_at_most_four_lines(app_server
         browser.close()
     assert all((SHOTS / f"{part}-{w}.png").stat().st_size > 10_000 for part in ("race", "settings", "whatif")
                for w in (1440, 400))
+
+
+def test_a_phones_first_screen_shows_a_race(app_server, tmp_path):
+    """At 400 x 800 the title, the verdict and the first column's counters and text are on the first screen; the
+    prompt and the settings follow the race."""
+    browser = Browser(tmp_path / "profile")
+    try:
+        open_on_example(browser, app_server.url)
+        browser.send("Emulation.setDeviceMetricsOverride", {"width": 400, "height": 800, "deviceScaleFactor": 1,
+                                                            "mobile": True})
+        browser.wait_for("document.querySelector('#race-columns').getBoundingClientRect().top < 600", 10,
+                         "the race above the fold")
+        top = lambda selector: browser.js(f"document.querySelector({json.dumps(selector)}).getBoundingClientRect().top")
+        assert top("#headline") < top("#race-columns") < top("#ans-plain") < 800
+        assert top("#ans-plain") < top("#prompt") and top("#ans-plain") < top("#settings")
+        (OUT / "phone-first-screen.png").write_bytes(base64.b64decode(
+            browser.send("Page.captureScreenshot", {"format": "png"})["data"]))
+    finally:
+        browser.close()
