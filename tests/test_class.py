@@ -4,7 +4,7 @@ each student their own visitor as Hugging Face's proxy marks them). Every studen
 where they stand in the queue while waiting, and nobody gets an error.
 
 The test command runs CLASS_STUDENTS students arriving over CLASS_WINDOW_S; `DDD_CLASS_STUDENTS=30
-DDD_CLASS_WINDOW_S=120` runs the full class (docs/app.md, "A class at once", has the figures). Each student's
+DDD_CLASS_WINDOW_S=120` runs the full class (`DDD_CLASS_TOKENS`: each race's new tokens, 12 by default) (docs/app.md, "A class at once", has the figures). Each student's
 time to the first page, wait in the queue, race time and errors are printed with their p50 and p95.
 """
 from __future__ import annotations
@@ -31,6 +31,7 @@ from tests.tiny import RACE_SETTINGS, TREE_MODE, load_tiny
 pytestmark = pytest.mark.slow
 STUDENTS = int(os.environ.get("DDD_CLASS_STUDENTS", "6"))
 WINDOW_S = float(os.environ.get("DDD_CLASS_WINDOW_S", "10"))
+TOKENS = int(os.environ.get("DDD_CLASS_TOKENS", "12"))  # each student's race: new tokens
 EXAMPLE = "Maths: step by step, five decoders"
 TRY_IT = "?example=maths&threshold=-1"
 
@@ -81,7 +82,7 @@ def attend(url: str, student: Student, arrive_at: float) -> None:
         with urllib.request.urlopen(url + TRY_IT, timeout=120) as reply:
             assert reply.status == 200
         client.predict(EXAMPLE, True, TREE_MODE, api_name="/open_example")
-        settings = [12, *RACE_SETTINGS[1:]]
+        settings = [TOKENS, *RACE_SETTINGS[1:]]
         asked = time.monotonic()
         job = client.submit(f"student {student.number}: the cat sat", *settings, True, TREE_MODE, api_name="/run")
         seen = 0
@@ -126,7 +127,7 @@ def hold_class(url: str, name: str) -> list[Student]:
         thread.start()
     for thread in threads:
         thread.join(timeout=1800)
-    print(f"\n{name}: {STUDENTS} students over {WINDOW_S:.0f} s, done in {time.monotonic() - start:.0f} s; "
+    print(f"\n{name}: {STUDENTS} students over {WINDOW_S:.0f} s racing {TOKENS} tokens each, done in {time.monotonic() - start:.0f} s; "
           f"first page {percentiles([s.page_s for s in students])}; queue wait {percentiles([s.wait_s for s in students])}; "
           f"race {percentiles([s.race_s for s in students])}; errors {sum(len(s.errors) for s in students)}; "
           f"places shown in the queue: up to {max((max(s.ranks) for s in students if s.ranks), default=0)}")
