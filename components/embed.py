@@ -24,3 +24,15 @@ def script_json(value: Any) -> str:
     element."""
     text = json.dumps(value, ensure_ascii=False, separators=(",", ":"), allow_nan=False)
     return text.replace("<", "\\u003c").replace(">", "\\u003e").replace("&", "\\u0026")
+
+
+# Every page's head: a Content-Security-Policy that lets nothing leave the page, and its title (@CSP@, @TITLE@).
+PAGE_HEAD = """<!doctype html>
+<html lang="en">
+<head>
+<meta charset="utf-8">
+<meta name="viewport" content="width=device-width, initial-scale=1">
+<!-- Nothing leaves the page: scripts and styles come from this folder or this file, nothing is fetched. -->
+<meta http-equiv="Content-Security-Policy" content="@CSP@">
+<title>@TITLE@</title>
+"""

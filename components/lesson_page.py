@@ -7,7 +7,7 @@ reply rendered here, so the page's script composes no text. A chapter is reached
 """
 from __future__ import annotations
 
-from .embed import figure_json, markdown_html, script_json
+from .embed import PAGE_HEAD, figure_json, markdown_html, script_json
 from .lesson import GpuCosts, Lesson, build_lesson, lesson_race
 from .race import Race
 from .tokens import escape
@@ -83,15 +83,7 @@ def static_lesson(races: list[tuple[str, Race]], plotly_src: str, gpu: GpuCosts)
 
 # The page, here rather than beside the static player: an exported app Space carries the modules the app imports and
 # nothing else (explorer/deploy.py), and its hand-out is made from this.
-PAGE = """<!doctype html>
-<html lang="en">
-<head>
-<meta charset="utf-8">
-<meta name="viewport" content="width=device-width, initial-scale=1">
-<!-- Nothing leaves the page: scripts and styles come from this folder or this file, nothing is fetched. -->
-<meta http-equiv="Content-Security-Policy" content="@CSP@">
-<title>@TITLE@</title>
-<style>
+PAGE = PAGE_HEAD + """<style>
 body { margin: 0; background: #f8fafc; color: #0f172a; font-family: Inter, system-ui, -apple-system, "Segoe UI",
   Roboto, sans-serif; font-size: 15px; line-height: 1.55; }
 main { max-width: 1100px; margin: 0 auto; padding: 16px 20px 40px; }

@@ -21,7 +21,7 @@ from plotly.offline import get_plotlyjs
 from .about import about_markdown
 from .answer import LEGEND, answer_html, counters_html
 from .charts import SUMMARY_HEADERS, summary_rows, timeline_figure
-from .embed import figure_json, markdown_html, script_json
+from .embed import PAGE_HEAD, figure_json, markdown_html, script_json
 from .lesson import GpuCosts
 from .lesson_page import CSP, LESSON_FILE, LESSON_LINK, static_lesson
 from .race import COLUMN_METHODS, TREE_METHODS, Race
@@ -173,15 +173,7 @@ def write_static_page(folder: Path, paths: list[Path], gpu: GpuCosts) -> list[Pa
     return [index, plotly_js, folder / LESSON_FILE]
 
 
-PAGE = """<!doctype html>
-<html lang="en">
-<head>
-<meta charset="utf-8">
-<meta name="viewport" content="width=device-width, initial-scale=1">
-<!-- Nothing leaves the page: scripts and styles come from this folder or this file, nothing is fetched. -->
-<meta http-equiv="Content-Security-Policy" content="@CSP@">
-<title>@TITLE@</title>
-<style>/*@CSS@*/</style>
+PAGE = PAGE_HEAD + """<style>/*@CSS@*/</style>
 </head>
 <body>
 <main>
