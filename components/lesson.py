@@ -313,11 +313,9 @@ def _cost(race: Race, gpu_costs: StepCosts | None) -> Chapter:
     # The question: the first weighing of the step that weighed most often.
     step = max(steps, key=lambda s: (len(s.checks), -s.index))
     check = step.checks[0]
-    # The costs that step was priced at, so that a student can compute its T from them (the rule measures as it
-    # decodes: a later step's costs differ).
-    costs = (StepCosts(step.costs.draft_cost, step.costs.verify_base, step.costs.verify_cost) if step.costs
-             else own_costs(cost))
-    measured = bool(step.costs and step.costs.measured)
+    # The costs its step was priced at (the rule measures as it decodes), so that a student can compute its T.
+    used, measured = step.costs, bool(step.costs and step.costs.measured)
+    costs = StepCosts(used.draft_cost, used.verify_base, used.verify_cost) if used else own_costs(cost)
     expected, time = check.expected or 0.0, check.time or 1.0
     gain, extra = check.gain or 0.0, check.time_gain or 0.0
     rate = (expected + 1) / time
