@@ -71,6 +71,7 @@ def test_a_phones_first_screen_shows_a_race(app_server, tmp_path):
         top = lambda selector: browser.js(f"document.querySelector({json.dumps(selector)}).getBoundingClientRect().top")
         assert top("#headline") < top("#race-columns") < top("#ans-plain") < 800
         assert top("#ans-plain") < top("#prompt") and top("#ans-plain") < top("#settings")
+        OUT.mkdir(parents=True, exist_ok=True)
         (OUT / "phone-first-screen.png").write_bytes(base64.b64decode(
             browser.send("Page.captureScreenshot", {"format": "png"})["data"]))
     finally:
