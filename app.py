@@ -2,8 +2,8 @@
 
 Run `python app.py` (options: --model DIR_OR_HUB_ID, --head DIR|random, --device, --dtype, --host, --port;
 or the environment variables DDD_MODEL, DDD_HEAD, DDD_DEVICE, DDD_DTYPE). The page opens on a recorded
-example; the model loads on the first Run (at start-up on a ZeroGPU Space, with the papers' pairs that fit its
-GPU). The app's parts live in `explorer/` (docs/app.md).
+example; the model loads at start-up (on a ZeroGPU Space with the papers' pairs that fit its GPU), and a model that
+cannot load gives way to the next that does, the page saying why. The app's parts live in `explorer/` (docs/app.md).
 """
 from __future__ import annotations
 
@@ -64,14 +64,23 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
 def zero_gpu_models(config: ModelConfig) -> tuple[Models, list[ModelChoice]]:
     """A ZeroGPU Space's models, loaded now (nothing can load later there, so the menu offers what loads now:
     explorer.choosing), and the pairs it holds beside its own. It opens on the pair the GPU projection picks
-    (explorer.deploy.space_race), unless the command line names one."""
+    (explorer.deploy.space_race), unless the command line names one; on the first of the others that loads when that
+    one cannot (Models.pin)."""
     if config.model is None:
         first = space_race().projection.pair
         config = replace(config, model=first.model, head=first.head)
     models = Models(config)
     others = [ModelChoice(p.model, p.head) for p in PAIRS if (p.model, p.head) != (config.model, config.head)]
     models.pin(others)
-    return models, others
+    return models, [c for c in others if models.source(c) != models.source(None)]
+
+
+def local_models(config: ModelConfig) -> Models:
+    """The app's models on this machine, its own pair loaded now (Models.start); a model or head named on the
+    command line that cannot load gives way to the default pair, and the page says why."""
+    models = Models(config)
+    models.start([ModelChoice()] if config.model or config.head else [])
+    return models
 
 
 def main(argv: list[str] | None = None) -> None:
@@ -82,9 +91,9 @@ def main(argv: list[str] | None = None) -> None:
     if args.record_examples is not None:
         record_examples(Models(config), EXAMPLES_DIR, only=args.record_examples)
         return
-    models, others = zero_gpu_models(config) if zero_gpu() else (Models(config), [])
+    models, others = zero_gpu_models(config) if zero_gpu() else (local_models(config), [])
     page = build_page(models, ExampleShelf(EXAMPLES_DIR))
-    if page.runner.gpu is not None:  # on ZeroGPU: a visitor's race asks for what it will take (explorer.gputime)
+    if page.runner.gpu is not None and models.loaded:  # on ZeroGPU: a race asks for what it will take (explorer.gputime)
         time_start_up(models, page.runner.race, page.runner.measure, page.runner.gpu, [None, *others])
     page.demo.launch(server_name=args.host, server_port=args.port, css=CSS, allowed_paths=[str(EXAMPLES_DIR)],
                      max_file_size=LIMITS.file_bytes, theme=gr.themes.Soft(**THEME).set(**THEME_TEXT))

@@ -175,7 +175,9 @@ def load_target(
     try:
         tokenizer = AutoTokenizer.from_pretrained(source)
         model = AutoModelForCausalLM.from_pretrained(source, dtype=DTYPES[dtype], attn_implementation=attn)
-    except (OSError, ValueError) as err:
+    # ImportError: a library the files need is not installed (a SentencePiece tokenizer.model without the
+    # `sentencepiece` and `protobuf` packages ends as a ValueError about tiktoken instead).
+    except (OSError, ValueError, ImportError) as err:
         if name in (None, DEFAULT_MODEL) and label == DEFAULT_HUB_ID:
             raise ModelLoadError(_no_default_model(err)) from err
         raise ModelLoadError(f"Could not load model {label!r}: {err}") from err

@@ -45,7 +45,7 @@ class MenuItems:
     """What the page's model menu shows: its entries, the one selected, and whether it is shown at all."""
 
     labels: list[str]
-    chosen: str
+    chosen: str | None  # None where nothing loaded at start-up
     shown: bool
     typed: bool  # whether typed hub ids may load (not where every model loaded at start-up)
 
@@ -55,7 +55,7 @@ def menu_items(models: Models) -> MenuItems:
     is more than one; elsewhere this device's pairs and typed ids."""
     if models.pinned:
         labels = [p.label for p in available(models)]
-        return MenuItems(labels, current_label(models), len(labels) > 1, False)
+        return MenuItems(labels, current_label(models) if labels else None, len(labels) > 1, False)
     return MenuItems(menu_labels(models.device()), current_label(models), True, True)
 
 
@@ -72,6 +72,8 @@ class ModelMenu:
         pairs = available(models)
         pair = next((p for p in pairs if p.label == label), None)
         try:
+            if pair is None and models.pinned and not pairs:
+                raise InputError(f"This Space could not load any model at start-up. {models.unavailable}")
             if pair is None and models.pinned:
                 raise InputError(f"This Space loaded its models at start-up and offers only those: "
                                  f"{'; '.join(p.label for p in pairs)}.")

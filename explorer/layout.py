@@ -66,14 +66,16 @@ class Ui(dict):
 
 
 def layout(examples: list[str], precisions: list[str], precision: str, preset: str, model_info: str,
-           menu: list[str], chosen: str, menu_on: bool, typed: bool, new_session, close_session,
-           space: SpaceRace | None = None, quick: SpaceRace | None = None) -> Ui:
+           menu: list[str], chosen: str | None, menu_on: bool, typed: bool, new_session, close_session,
+           space: SpaceRace | None = None, quick: SpaceRace | None = None, start_up: str = "") -> Ui:
     """Place every component (inside an open gr.Blocks). `space`: on a ZeroGPU Space, its default race (the intro
-    says why that pair, and max new tokens starts at its tokens); `quick`: the small pair offered beside it."""
+    says why that pair, and max new tokens starts at its tokens); `quick`: the small pair offered beside it;
+    `start_up`: what the start-up could not load, as HTML (explorer.models.Models.start_up_words)."""
     ui = Ui()
     ui["session"] = gr.State(new_session, delete_callback=close_session)
     ui["playing"] = gr.State(False)
     gr.Markdown(INTRO + (f"\n\n{space.words(quick)}" if space else ""), elem_id="intro")
+    gr.HTML(start_up, visible=bool(start_up), elem_id="start-up")
     place_lesson(ui)  # the lesson: a button here, its panel closed until asked for
     with gr.Row(equal_height=False, elem_id="ask"):
         with gr.Column(scale=3):
@@ -120,7 +122,7 @@ def layout(examples: list[str], precisions: list[str], precision: str, preset: s
 
 
 def _settings(ui: Ui, precisions: list[str], precision: str, preset_name: str, model_info: str,
-              menu: list[str], chosen: str, menu_on: bool, typed: bool, new_tokens: int | None) -> None:
+              menu: list[str], chosen: str | None, menu_on: bool, typed: bool, new_tokens: int | None) -> None:
     ui["model_info"] = gr.Markdown(model_info, elem_id="model-info")
     with gr.Row(visible=menu_on):
         ui["model_menu"] = gr.Dropdown(menu, value=chosen, label="model and draft head (for your races only)", scale=3,

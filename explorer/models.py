@@ -1,7 +1,10 @@
 """The app's targets and draft heads: a cache shared by every visitor, read-only, bounded in memory.
 
-Each visitor picks a model and head for their own races (`ModelChoice`, kept in their Session); the pairs load on
-the Run that first needs them (on a ZeroGPU Space all at start-up, `pin`) and stay cached for whoever asks next.
+Each visitor picks a model and head for their own races (`ModelChoice`, kept in their Session). The app's own pair
+loads at start-up (`start`; on a ZeroGPU Space every pair it offers, `pin`), so that a first visitor waits no longer
+than the next; when it cannot load, the first fallback that loads takes its place and the page says why (`notices`),
+and when none loads the server starts all the same and says why (`unavailable`). Other pairs load on the Run that
+first needs them and stay cached for whoever asks next.
 A race holds its pair (`using`) for as long as it decodes: an idle pair is unloaded to make room for another (the
 least recently used first, and the race that made room says which), a pair in use or pinned never is. At most
 MAX_LOADED pairs and, on a CPU, MAX_LOADED_BYTES of weights stay loaded, and what is unloaded goes back to the
@@ -19,7 +22,7 @@ import threading
 import time
 from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
 
@@ -29,7 +32,7 @@ from components.inputs import InputError, text
 from components.tokens import escape
 from components.views import source_name
 from ddd import load_target, resolve_head
-from ddd.catalog import check_fits, choose_head, model_config, needed_bytes
+from ddd.catalog import PAIRS, check_fits, choose_head, model_config, needed_bytes
 from ddd.head import HeadLoadError
 from ddd.models import ModelLoadError
 from ddd.precision import Int8Linear
@@ -57,6 +60,8 @@ ROOT = Path(__file__).resolve().parent.parent
 # One part of a hub id (owner or name): letters, digits, '-', '_' and '.', starting with a letter or digit and
 # not ending with '.' or '-'; so '.', '..' and '~' never pass.
 HUB_PART = re.compile(r"[A-Za-z0-9](?:[A-Za-z0-9._-]{0,94}[A-Za-z0-9_])?")
+# A load's reason as the page shows it: its first line, at most this long (a library's message can run to pages).
+REASON_CHARS = 600
 
 
 def hub_id(value: Any, label: str, allowed: tuple[str, ...] = ()) -> str | None:
@@ -121,6 +126,21 @@ class Loaded:
     unloaded: str = ""  # the pairs unloaded to make room for this one, said once to the race that loaded it
 
 
+def model_name(model: str | None) -> str:
+    """A model as a sentence names it: the catalog's name for one of its pairs' targets, else its id."""
+    pair = next((p for p in PAIRS if p.model == model), None)
+    return pair.label.split(" + ")[0] if pair else source_name(model)
+
+
+def reason(err: BaseException) -> str:
+    """Why a load failed, in one line: the error's first line (its type where it has none), shortened."""
+    lines = [line.strip() for line in str(err).splitlines() if line.strip()]
+    first = lines[0] if lines else type(err).__name__
+    if not isinstance(err, (ModelLoadError, HeadLoadError)):
+        first = f"{type(err).__name__}: {first}"
+    return first if len(first) <= REASON_CHARS else first[:REASON_CHARS - 1] + "…"
+
+
 def weight_bytes(target: Any, head: Any) -> int:
     """The memory a pair's weights hold: parameters, buffers (the float64 copies exact CPU linears keep) and int8
     layers' packed weights, each tensor once (the head shares the target's embeddings)."""
@@ -153,6 +173,9 @@ class Models:
         self._loaded: dict[Key, Loaded] = {}
         self._last: Loaded | None = None
         self.pinned: str | None = None  # the one precision offered, once loaded at start-up (pin)
+        self.notices: list[str] = []  # for the page: the pairs that could not load at start-up, and what races instead
+        self.unavailable = ""  # why no pair loaded at start-up ("" when one did): a Run answers with it
+        self._failed: dict[tuple[str | None, str | None], str] = {}  # the pairs start-up could not load, and why
 
     # -- what is asked for -------------------------------------------------------------------------
 
@@ -202,9 +225,16 @@ class Models:
         self._last = entry
         return entry
 
+    def refusal(self, choice: ModelChoice | None = None) -> str:
+        """Why `choice` will not load ("" when it may): the app's own pair, when nothing loaded at start-up, is not
+        tried again on every Run (a 7B pair would take minutes to fail again)."""
+        return self.unavailable if self.unavailable and self.source(choice) == self.source(None) else ""
+
     def acquire(self, choice: ModelChoice | None = None, precision: str | None = None) -> Loaded:
         """The pair for `choice` in `precision`, loaded if needed, held until `release`; raises ModelLoadError
         or HeadLoadError with a message for the page."""
+        if self.refusal(choice):
+            raise ModelLoadError(self.refusal(choice))
         key = self.key(choice, precision)
         entry = self._hold(key)
         if entry is None:
@@ -231,26 +261,79 @@ class Models:
         with self.using(choice, precision) as entry:
             return entry.target, entry.head
 
-    def pin(self, extra: Sequence[ModelChoice] = ()) -> None:
-        """Load the app's own pair, then each of `extra` (in order) that fits ZERO_GPU_BYTES beside the pairs
-        loaded before it; keep them for good and offer only this precision. On a ZeroGPU Space each race runs in a
-        short-lived GPU process: a model loaded there is gone after the call, so the models load once, at start-up.
-        The app's own pair must load; one of `extra` that does not fit or fails to load is left out, with one line
-        in the log saying which and why."""
+    def start(self, fallbacks: Sequence[ModelChoice] = ()) -> Loaded | None:
+        """Load the app's own pair now, in the starting precision, so that a first visitor waits no longer than the
+        next. When it cannot load, the first of `fallbacks` that does becomes the app's own, with a line in the log
+        and a sentence in `notices`; when none loads, `unavailable` says why and None is returned: the server
+        starts all the same, and the page says so."""
         with self._load_lock:
-            own = self._loaded.get(self.key(None)) or self._build(self.key(None))
+            return self._start(fallbacks)
+
+    def _start(self, fallbacks: Sequence[ModelChoice]) -> Loaded | None:
+        failed = self._failed
+        for choice in [None, *fallbacks]:
+            model, head = self.source(choice)
+            if (model, head) in failed:
+                continue
+            key = (model, head, self.default_precision())
+            try:
+                entry = self._loaded.get(key) or self._build(key)
+            # Whatever a load raises (files missing, a tokenizer library absent, a gated repository, memory), the
+            # server starts: the next fallback is tried, or the page says why none loaded.
+            except Exception as err:  # noqa: BLE001
+                failed[model, head] = reason(err)
+                print(f"Could not load {source_name(model or 'the default model')} + {source_name(head or 'its head')}"
+                      f": {failed[model, head]}", flush=True)
+                self._free_failed_load()
+                continue
+            if choice is not None:
+                self.config = replace(self.config, model=model, head=head)
+                print(f"Racing {model_name(model)} instead.", flush=True)
+            self.notices = [f"{model_name(m)} could not be loaded ({why}); racing {model_name(model)} instead."
+                            for (m, _), why in failed.items()]
+            self._last = entry
+            return entry
+        self.unavailable = " ".join(f"{model_name(m)} could not be loaded: {why}" for (m, _), why in failed.items())
+        return None
+
+    def start_up_words(self) -> str:
+        """What the page says about the start-up ("" when the app's own pair loaded, or none was tried)."""
+        if self.unavailable:
+            return (f"No model could be loaded when this server started, so no race can run here; the recorded races "
+                    f"still replay. {self.unavailable}")
+        return " ".join(self.notices)
+
+    def _free_failed_load(self) -> None:
+        """What a load that failed half-way left (weights read, a GPU allocation) goes back before the next one."""
+        gc.collect()
+        give_back_memory()
+        if torch.cuda.is_available():
+            torch.cuda.empty_cache()
+
+    def pin(self, extra: Sequence[ModelChoice] = ()) -> None:
+        """Load the app's own pair (or, when it cannot load, the first of `extra` that does: `start`), then each other
+        of `extra` (in order) that fits ZERO_GPU_BYTES beside the pairs loaded before it; keep them for good and offer
+        only this precision. On a ZeroGPU Space each race runs in a short-lived GPU process: a model loaded there is
+        gone after the call, so the models load once, at start-up. One of `extra` that does not fit or fails to load
+        is left out, with one line in the log saying which and why; when none loads, nothing is offered and
+        `unavailable` says why."""
+        with self._load_lock:
+            self.pinned = self.default_precision()
+            own = self._start(extra)
+            if own is None:
+                return
             own.pinned = True
-            self.pinned, self._last = own.key[2], own
-            for choice in extra:
+            for choice in (c for c in extra if self.source(c) not in self._failed):  # those _start tried have their line
                 key = self.key(choice, self.pinned)
                 entry = self._loaded.get(key)
                 try:
                     if entry is None:
                         self._check_budget(choice.model, self.pinned)
                         entry = self._build(key)
-                except (ModelLoadError, HeadLoadError, torch.OutOfMemoryError) as err:
+                except Exception as err:  # noqa: BLE001 - as in _start: a pair that cannot load is left out
                     print(f"Not offering {choice.model or 'the default model'} + {choice.head or 'its head'}: "
-                          f"{' '.join(str(err).split())}", flush=True)
+                          f"{reason(err)}", flush=True)
+                    self._free_failed_load()
                     continue
                 entry.pinned = True
             self.max_loaded = max(self.max_loaded, sum(e.pinned for e in self._loaded.values()))
@@ -372,7 +455,8 @@ class Models:
         loaded = entry.target.name if entry else None  # the default comes from the package or the hub
         model = source_name(model_spec or loaded) if model_spec or loaded else "SmolLM2-135M-Instruct (the default)"
         head = choose_head(head_spec, model_spec or loaded)
-        state = f"loaded in {entry.target.precision}" if entry else "loads on your first Run"
+        state = (f"loaded in {entry.target.precision}" if entry else
+                 "could not be loaded at start-up" if self.refusal(choice) else "loads on your first Run")
         text = f"**Model:** {escape(model)} · **draft head:** {escape(head.label)} · *{state}*"
         if head.source is None:
             text += ("\n\n<div class='note-box'>No trained draft head: a random head drafts almost nothing the target "

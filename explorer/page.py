@@ -12,6 +12,7 @@ from gradio_client.utils import is_http_url_like
 from components.exports import CACHE_CLEANUP
 from components.inputs import COST_SWITCH
 from components.race import TREE_METHODS
+from components.tokens import escape
 from components.jsonfile import is_text
 
 from .choosing import ModelMenu, menu_items
@@ -78,6 +79,12 @@ def _check_upload(value: Any, endpoint: str) -> None:
                        "handle_file does); it never reads a path on the server or fetches a URL.")
 
 
+def start_up_html(models: Models) -> str:
+    """The start-up's sentence as a note under the intro ("" when there is none to say)."""
+    words = models.start_up_words()
+    return f"<div class='note-box' role='status'>{escape(words)}</div>" if words else ""
+
+
 @dataclass
 class Page:
     demo: gr.Blocks
@@ -98,7 +105,8 @@ def build_page(models: Models, shelf: ExampleShelf, sessions: Sessions | None = 
         items = menu_items(models)
         ui = layout(list(shelf.files()), models.precisions(), models.default_precision(),
                     default_preset(models.device()), models.describe(), items.labels, items.chosen, items.shown,
-                    items.typed, Session, sessions.close, races.get(own), races.get(small) if small != own else None)
+                    items.typed, Session, sessions.close, races.get(own), races.get(small) if small != own else None,
+                    start_up_html(models))
         place_whatif(ui)  # under the race, the page's last part
         viewer = Viewer(ui, sessions, shelf)
         gpu = GpuTime({key: race.pace for key, race in races.items()},

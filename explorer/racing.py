@@ -193,11 +193,21 @@ def on_device(fn: Callable, duration: Callable | int) -> Callable:
 
 
 def device_race(models: Models) -> Callable[[RaceRequest], Iterator[RaceEvent]]:
-    """The race function for this app's models, on the GPU process where there is one."""
+    """The race function for this app's models, on the GPU process where there is one. A pair that could not load
+    at start-up is answered here, before any GPU time is asked for."""
     def race(request: RaceRequest) -> Iterator[RaceEvent]:
         yield from race_events(models, request)
 
-    return on_device(race, asked_seconds)
+    on_gpu = on_device(race, asked_seconds)
+
+    def checked(request: RaceRequest) -> Iterator[RaceEvent]:
+        refused = models.refusal(request.choice)
+        if refused:
+            yield RaceEvent("error", message=f"Could not load the model: {refused}")
+            return
+        yield from on_gpu(request)
+
+    return checked
 
 
 def device_measure(models: Models) -> Callable[[str, ModelChoice | None], dict[str, Any]]:
