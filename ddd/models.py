@@ -180,7 +180,7 @@ def load_target(
     except (OSError, ValueError, ImportError) as err:
         if name in (None, DEFAULT_MODEL) and label == DEFAULT_HUB_ID:
             raise ModelLoadError(_no_default_model(err)) from err
-        raise ModelLoadError(f"Could not load model {label!r}: {err}") from err
+        raise ModelLoadError(f"Could not load model {label!r}: {err}{_missing_tokenizer_libraries(err)}") from err
     if model.config.model_type not in SUPPORTED_TYPES:
         raise ModelLoadError(
             f"Model {label!r} is a {model.config.model_type!r}; supported families: {', '.join(SUPPORTED_TYPES)}."
@@ -192,6 +192,26 @@ def load_target(
     except RuntimeError as err:  # e.g. a CPU whose quantized engine lacks per-channel dynamic int8 linears
         raise ModelLoadError(f"The {dtype} mode does not run on this machine ({err}); use float32.") from err
     return Target(model=model, tokenizer=tokenizer, name=label, precision=dtype)
+
+
+# What transformers 5 needs to read a SentencePiece `tokenizer.model` shipped without a `tokenizer.json` (LLaMA-era
+# repositories such as Vicuna v1.3): without both it falls back to reading the file as tiktoken's, and fails so.
+SENTENCEPIECE_PACKAGES = ("sentencepiece", "google.protobuf")
+
+
+def _missing_tokenizer_libraries(err: Exception) -> str:
+    """The fix for a SentencePiece tokenizer read without its libraries ("" for any other failure)."""
+    if "tiktoken" not in str(err) or not any(_absent(name) for name in SENTENCEPIECE_PACKAGES):
+        return ""
+    return (" — its tokenizer is most likely a SentencePiece tokenizer.model, which needs the packages sentencepiece "
+            "and protobuf: pip install sentencepiece protobuf")
+
+
+def _absent(module: str) -> bool:
+    try:
+        return importlib.util.find_spec(module) is None
+    except (ImportError, ValueError):  # its parent package is missing or hidden
+        return True
 
 
 def _no_default_model(err: Exception) -> str:
