@@ -21,6 +21,7 @@ METHOD_SYMBOLS = {"ddd": "circle", "cost": "diamond"}
 METHOD_PATTERNS = {"eagle2": "", "ddd": "/", "cost": "."}
 PHASE_COLORS = {"draft": "#60a5fa", "verify": "#f472b6", "other": "#cbd5e1"}
 LEGEND_GAP_PX = 24  # from the plot's bottom edge to a legend under it: room for the tick labels
+PANEL_GAP_PX = 48  # between the timeline's panels: the upper one's tick labels, then the lower one's title
 SUMMARY_HEADERS = ["method", "tokens", "time (s)", "decode tokens/s", "speedup vs plain", "tau", "target forwards",
                    "mean draft depth", "acceptance rate", "prefill ms", "draft ms/step", "verify ms/step",
                    "other ms/step"]
@@ -153,10 +154,14 @@ def timeline_figure(race: Race | None, height: int = 420) -> go.Figure:
                          showlegend=False, legendgroup=phase, xaxis="x2", yaxis="y2",
                          marker=dict(color=PHASE_COLORS[phase]),
                          hovertemplate=f"%{{y}}: {phase} %{{x:.2f}} s<extra></extra>"))
+    top, bottom = 40, 30
+    # The gap between the panels is kept in pixels: as a share of the plot, a short figure set the lower panel's
+    # title on the upper panel's tick labels.
+    gap = min(PANEL_GAP_PX / max(height - top - bottom, 1), 0.3)
+    lower = 0.4 * (1 - gap)  # the lower panel's top; the upper panel takes the rest above the gap
     notes = [dict(text=text, xref="paper", yref="paper", x=0, y=y, xanchor="left", yanchor="bottom", showarrow=False,
                   font=dict(size=12))
-             for text, y in (("each step on a shared wall clock (s)", 1.0), ("where the time went (s)", 0.34))]
-    top, bottom = 40, 30
+             for text, y in (("each step on a shared wall clock (s)", 1.0), ("where the time went (s)", lower))]
     # The legend goes under the plot: at its top right plotly's toolbar covered it, and on a narrow screen its
     # rows wrapped down onto the first panel's title.
     return figure(data, dict(
@@ -164,9 +169,10 @@ def timeline_figure(race: Race | None, height: int = 420) -> go.Figure:
         legend=dict(orientation="h", x=0, xanchor="left", y=-LEGEND_GAP_PX / max(height - top - bottom, 1),
                     yanchor="top", font=dict(size=10)), annotations=notes,
         xaxis=dict(anchor="y", rangemode="tozero"),
-        yaxis=dict(anchor="x", domain=[0.48, 1.0], autorange="reversed", categoryorder="array", categoryarray=labels),
+        yaxis=dict(anchor="x", domain=[lower + gap, 1.0], autorange="reversed", categoryorder="array",
+                   categoryarray=labels),
         xaxis2=dict(anchor="y2", rangemode="tozero"),
-        yaxis2=dict(anchor="x2", domain=[0.0, 0.34], autorange="reversed", categoryorder="array",
+        yaxis2=dict(anchor="x2", domain=[0.0, lower], autorange="reversed", categoryorder="array",
                     categoryarray=labels),
     ))
 

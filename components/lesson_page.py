@@ -37,9 +37,11 @@ def lesson_data(lesson: Lesson, live: str | None = None) -> dict:
         })
     # What a link to no chapter opens with; the script only puts the link's name (as text) where NAME stands.
     unknown = ["This lesson has no chapter called \u201c", "NAME", "\u201d: here is chapter 1."]
-    return {"chapters": chapters, "unknown": unknown, "words": WORDS}
+    return {"chapters": chapters, "unknown": unknown, "words": WORDS, "presentPx": PRESENT_TYPE_PX}
 
 
+# A presented figure's smallest type, in CSS px: what the back of a room reads on a 1920x1080 projector.
+PRESENT_TYPE_PX = 18
 BUTTONS = {"present": "Present on a projector (full screen)", "print": "Print the hand-out (one chapter a page)"}
 # Every word the page's script shows besides the chapters'.
 WORDS = {
@@ -117,14 +119,17 @@ body.presenting main { max-width: none; padding: 12px 32px; }
 body.presenting .back, body.presenting h1, body.presenting #intro, body.presenting nav, body.presenting .tools,
 body.presenting .steps, body.presenting #question-reply, body.presenting #try-it, body.presenting #link-note { display: none; }
 body.presenting .chapter { display: grid; grid-template-columns: minmax(0, 57fr) minmax(0, 43fr);
-  grid-template-rows: auto minmax(0, 1fr); gap: 0 32px; height: calc(100vh - 64px); border: none; padding: 0; }
+  grid-template-rows: auto minmax(0, 1fr) auto; gap: 0 32px; height: calc(100vh - 64px); border: none; padding: 0; }
 body.presenting #chapter-title { grid-column: 1 / -1; font-size: 40px; margin: 4px 0 8px; }
 body.presenting #chapter-figure-slot { grid-column: 1; grid-row: 2; min-height: 0; }
-body.presenting #side { grid-column: 2; grid-row: 2; overflow-y: auto; font-size: 22px; line-height: 1.45; }
+body.presenting #side { grid-column: 2; grid-row: 2 / span 2; overflow-y: auto; font-size: 22px; line-height: 1.45; }
 body.presenting .question { font-size: 24px; }
 body.presenting .question input { width: 22px; height: 22px; }
-body.presenting #presenter-answer:not([hidden]) { display: block; margin-top: 10px; border-left: 6px solid #16a34a;
-  background: #f0fdf4; padding: 6px 16px; border-radius: 6px; }
+/* The answer takes room from the figure, under it: in the text's column it pushed the chapter's first lines off the
+   screen. */
+body.presenting #presenter-answer:not([hidden]) { display: block; grid-column: 1; grid-row: 3; margin-top: 10px;
+  font-size: 22px; line-height: 1.45; border-left: 6px solid #16a34a; background: #f0fdf4; padding: 6px 16px;
+  border-radius: 6px; }
 body.presenting #presenter-hint { display: block; position: fixed; bottom: 0; left: 0; right: 0; font-size: 15px;
   color: #334155; background: #f1f5f9; padding: 4px 16px; }
 /* The hand-out on paper: every chapter on a page of its own, its figure drawn for print, the answers last. */
@@ -137,6 +142,8 @@ body.presenting #presenter-hint { display: block; position: fixed; bottom: 0; le
   .print-chapter:last-child { break-after: auto; }
   .print-chapter h2 { font-size: 16pt; margin: 0 0 6px; }
   .print-answers h3 { font-size: 11pt; margin: 8px 0 2px; }
+  /* The seven answers share one page: a paragraph's usual em of space above and below ran them onto a second. */
+  .print-answers p { margin: 0 0 4px; }
   .print-figure { break-inside: avoid; }
   .print-choices { margin: 4px 0 0 18px; }
 }
@@ -163,8 +170,8 @@ body.presenting #presenter-hint { display: block; position: fixed; bottom: 0; le
     <div id="question-reply" class="reply" hidden></div>
   </form>
   <div id="try-it" class="try" hidden></div>
-  <div id="presenter-answer" role="status" hidden></div>
   </div>
+  <div id="presenter-answer" role="status" hidden></div>
   <div class="steps"><a id="previous" href="#">‹ previous chapter</a><a id="next" href="#">next chapter ›</a></div>
 </article>
 </main>
@@ -245,22 +252,52 @@ body.presenting #presenter-hint { display: block; position: fixed; bottom: 0; le
     $("next").hidden = index === chapters.length - 1;
     $("previous").href = "#" + chapters[Math.max(index - 1, 0)].anchor;
     $("next").href = "#" + chapters[Math.min(index + 1, chapters.length - 1)].anchor;
-    const figure = JSON.parse(chapter.figure);
-    const layout = Object.assign({}, figure.layout || {}, {autosize: true});
-    delete layout.width;
-    // Plotly sizes a responsive figure to its element: the element takes the figure's own height, or on a
-    // projector half the screen.
     const presenting = document.body.classList.contains("presenting");
     // Presenting, the figure fills the screen's left side, in type a room can read.
+    const figure = presenting ? enlarged(JSON.parse(chapter.figure)) : JSON.parse(chapter.figure);
+    const layout = Object.assign({}, figure.layout || {}, {autosize: true});
+    delete layout.width;
     if (presenting) $("chapter-figure-slot").appendChild($("chapter-figure"));
     else $("chapter-text").after($("chapter-figure"));
+    // Plotly sizes a responsive figure to its element: the element takes the figure's own height, or on a
+    // projector what the screen's left side leaves it.
     $("chapter-figure").style.height = presenting ? "100%" : (layout.height || 450) + "px";
-    if (presenting) {
-      delete layout.height;
-      layout.font = Object.assign({}, layout.font || {}, {size: 17});
-    }
+    if (presenting) delete layout.height;
     window.Plotly.react($("chapter-figure"), figure.data || [], layout,
                         {responsive: true, displaylogo: false, displayModeBar: "hover"});
+  }
+
+  // Keys whose numbers plotly reads as pixels; "width" only in a line's settings (elsewhere it is a figure's or a
+  // bar's width).
+  const PIXELS = ["size", "xshift", "yshift", "l", "r", "t", "b", "pad"];
+
+  function scaled(node, scale, parent) {
+    if (Array.isArray(node)) return node.map((item) => scaled(item, scale, parent));
+    if (node === null || typeof node !== "object") return node;
+    const out = {};
+    Object.entries(node).forEach(([key, value]) => {
+      const pixels = PIXELS.includes(key) || (key === "width" && parent === "line");
+      if (pixels && typeof value === "number") out[key] = value * scale;
+      else if (pixels && Array.isArray(value)) out[key] = value.map((v) => (typeof v === "number" ? v * scale : v));
+      else out[key] = scaled(value, scale, key);
+    });
+    return out;
+  }
+
+  function smallestType(node, parent) {
+    if (node === null || typeof node !== "object") return Infinity;
+    return Object.entries(node).reduce((least, [key, value]) => Math.min(least,
+      key === "size" && /font$/.test(parent) && typeof value === "number" ? value : smallestType(value, key)), Infinity);
+  }
+
+  // Presenting, a figure is drawn larger as a whole: every length in it that plotly reads as pixels (type, markers,
+  // lines, margins, shifts) grows by the one factor that brings its smallest type to data.presentPx, so that its
+  // parts keep their places (type that sets no size is the layout's, or plotly's 12 px).
+  function enlarged(figure) {
+    const layout = figure.layout || {};
+    const smallest = Math.min(smallestType(figure.data || [], ""), smallestType(layout, ""), (layout.font || {}).size || 12);
+    const scale = Math.max(data.presentPx / smallest, 1);
+    return {data: scaled(figure.data || [], scale, ""), layout: scaled(layout, scale, "")};
   }
 
   function go(step) {
@@ -335,7 +372,7 @@ body.presenting #presenter-hint { display: block; position: fixed; bottom: 0; le
     else if (["ArrowLeft", "PageUp"].includes(event.key)) go(-1);
     else if ([" ", "Enter"].includes(event.key)) {
       $("presenter-answer").hidden = false;
-      $("presenter-answer").scrollIntoView({block: "nearest"});
+      window.Plotly.Plots.resize($("chapter-figure"));  // the answer took room from the figure
     }
     else if (event.key === "Escape") present(false);
     else return;

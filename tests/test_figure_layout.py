@@ -1,11 +1,12 @@
 """Every figure keeps plotly's toolbar (the modebar, over the top right corner) off its legend and its title, and
-its title whole on a phone.
+its title whole on a phone, and its notes clear of its tick labels.
 
 The layout checks read the figures the app and the lesson make (the tree, depth and timeline figures of each
 recorded race, the lesson's chapters): a legend lies under the plot, a title starts at the left, inside a top
 margin tall enough for its lines, each line short enough for a screen 400 px wide. The browser check draws the
 lesson page at 1440 and 400 px and compares what plotly drew: the toolbar's box against the legend's, the title's
-and the notes', and the legend against the title and notes.
+and the notes', the legend against the title and notes, and the notes (a panel's title among them) against the
+tick labels under a panel.
 """
 from __future__ import annotations
 
@@ -117,7 +118,7 @@ BOXES = """(() => {
   const all = (selector) => [...document.querySelectorAll('#chapter-figure ' + selector)].map(box)
     .filter(([l, t, r, b]) => r > l && b > t);
   return {figure: all('.main-svg').slice(0, 1), modebar: all('.modebar'), legend: all('.legend'),
-          title: all('.gtitle'), notes: all('.annotation-text')};
+          title: all('.gtitle'), notes: all('.annotation-text'), ticks: all('.xtick text')};
 })()"""
 
 
@@ -154,6 +155,9 @@ def test_the_lesson_page_keeps_toolbar_legend_and_title_apart(lesson, tmp_path):
                 for legend in boxes["legend"]:
                     for other in boxes["title"] + boxes["notes"]:
                         assert not overlap(legend, other), where
+                for note in boxes["notes"]:
+                    for tick in boxes["ticks"]:
+                        assert not overlap(note, tick), where
                 if width == 1440:  # the toolbar shows on a wide screen (the page hides it on a phone)
                     assert boxes["modebar"], where
     finally:

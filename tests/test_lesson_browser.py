@@ -12,6 +12,7 @@ from pathlib import Path
 import pytest
 
 from components.lesson import TITLES
+from components.lesson_page import PRESENT_TYPE_PX
 from components.static_page import write_static_page
 from ddd.bench.projection import zerogpu_costs
 from tests.test_browser import CHROMIUM, INJECTED, OUT, text_of
@@ -149,10 +150,19 @@ def test_the_apps_lesson_panel(app_server, tmp_path):
         browser.close()
 
 
+# The size of every piece of text a chapter's figure shows (tick labels, axis titles, legends, subplot titles, notes),
+# as the browser computed it.
+FIGURE_TYPE = """[...document.querySelectorAll('#chapter-figure svg text')]
+  .filter((t) => t.textContent.trim() && t.getBoundingClientRect().width > 0)
+  .map((t) => [parseFloat(getComputedStyle(t).fontSize), t.textContent.slice(0, 30)])"""
+A4_WIDTH_PX, A4_HEIGHT_PX = 703, 1031  # A4 less 12 mm margins: 186 x 273 mm
+
+
 def test_presenting_on_a_projector_and_printing_the_hand_out(tmp_path):
-    """Present: one chapter a 1920x1080 screen, large type, its figure first, the answer only on Space, arrows
-    between chapters, Esc back. Print: every chapter on a page of its own with its figure, then the answers
-    (a PDF, saved to out/lesson-handout.pdf with a screenshot of the presenter view beside it)."""
+    """Present: one chapter a 1920x1080 screen, large type, its figure first with type of at least
+    PRESENT_TYPE_PX, the answer only on Space and then beside the chapter's first lines, arrows between chapters,
+    Esc back. Print: every chapter on a page of its own with its figure, then the answers on one more page (a PDF,
+    saved to out/lesson-handout.pdf with a screenshot of the presenter view beside it)."""
     folder = tmp_path / "static"
     write_static_page(folder, EXAMPLES, zerogpu_costs)
     browser = recording(tmp_path / "profile")
@@ -163,38 +173,48 @@ def test_presenting_on_a_projector_and_printing_the_hand_out(tmp_path):
         browser.wait_for("document.querySelectorAll('#chapter-figure .trace').length > 0", 60, "chapter 1's figure")
         browser.js("document.querySelector('#present').click()")
         browser.wait_for("document.body.classList.contains('presenting')", 10, "the presenter view")
-        title, figure, answer = (f"document.querySelector('#{i}').getBoundingClientRect()"
-                                 for i in ("chapter-title", "chapter-figure", "question"))
-        assert browser.js(f"{title}.top < {figure}.top && {figure}.top < {answer}.top")  # the figure first
+        box = lambda i: f"document.querySelector('#{i}').getBoundingClientRect()"
+        title, figure, question, text, side, answer = map(box, ("chapter-title", "chapter-figure", "question",
+                                                                 "chapter-text", "side", "presenter-answer"))
+        assert browser.js(f"{title}.top < {figure}.top && {figure}.top < {question}.top")  # the figure first
         assert browser.js("parseFloat(getComputedStyle(document.querySelector('#chapter-text')).fontSize)") >= 22
-        assert browser.js(f"{figure}.bottom") <= 1080 and browser.js("!document.querySelector('nav').offsetParent")
-        assert browser.js("document.querySelector('#presenter-answer').hidden")
+        assert browser.js("!document.querySelector('nav').offsetParent")
         key = lambda name, code: browser.send("Input.dispatchKeyEvent", {"type": "keyDown", "key": name, "code": code})
-        key(" ", "Space")
-        browser.wait_for("!document.querySelector('#presenter-answer').hidden", 10, "the answer on Space")
-        assert browser.js(text_of("presenter-answer")).startswith("Answer: ")
-        answer_box = "document.querySelector('#presenter-answer').getBoundingClientRect()"
-        assert 0 <= browser.js(f"{answer_box}.top") and browser.js(f"{answer_box}.bottom") <= 1080  # on screen
-        (OUT / "lesson-present-1920.png").parent.mkdir(parents=True, exist_ok=True)
-        (OUT / "lesson-present-1920.png").write_bytes(base64.b64decode(
-            browser.send("Page.captureScreenshot", {"format": "png"})["data"]))
-        key("ArrowRight", "ArrowRight")
-        browser.wait_for(f"{text_of('chapter-title')}.startsWith('2. ')", 10, "chapter 2 on the right arrow")
-        assert browser.js("document.querySelector('#presenter-answer').hidden")  # each chapter's answer waits
+        for number in range(1, len(TITLES) + 1):
+            browser.wait_for(f"{text_of('chapter-title')}.startsWith('{number}. ')", 10, f"chapter {number}")
+            browser.wait_for("document.querySelectorAll('#chapter-figure .trace').length > 0", 20, "its figure")
+            assert browser.js(f"{figure}.bottom") <= 1080
+            sizes = browser.js(FIGURE_TYPE)
+            assert len(sizes) > 10 and min(sizes)[0] >= PRESENT_TYPE_PX, (number, min(sizes))
+            assert browser.js("document.querySelector('#presenter-answer').hidden")  # each chapter's answer waits
+            key(" ", "Space")
+            browser.wait_for("!document.querySelector('#presenter-answer').hidden", 10, "the answer on Space")
+            assert browser.js(text_of("presenter-answer")).startswith("Answer: ")
+            # The answer shows whole, and the chapter's first lines stay where they were.
+            assert 0 <= browser.js(f"{answer}.top") and browser.js(f"{answer}.bottom") <= 1080, number
+            assert browser.js(f"{side}.top <= {text}.top && scrollY === 0"
+                              " && document.querySelector('#side').scrollTop === 0"), number
+            if number == 1:
+                (OUT / "lesson-present-1920.png").parent.mkdir(parents=True, exist_ok=True)
+                (OUT / "lesson-present-1920.png").write_bytes(base64.b64decode(
+                    browser.send("Page.captureScreenshot", {"format": "png"})["data"]))
+            key("ArrowRight", "ArrowRight")
         key("ArrowLeft", "ArrowLeft")
-        browser.wait_for(f"{text_of('chapter-title')}.startsWith('1. ')", 10, "chapter 1 on the left arrow")
+        browser.wait_for(f"{text_of('chapter-title')}.startsWith('{len(TITLES) - 1}. ')", 10, "the left arrow")
         key("Escape", "Escape")
         browser.wait_for("!document.body.classList.contains('presenting')", 10, "Esc to leave")
         assert browser.js("preparePrint()") == len(TITLES) + 1
         browser.send("Emulation.setEmulatedMedia", {"media": "print"})
-        # A4 less 12 mm margins is 273 mm tall: 1,031 CSS px. Every chapter fits on its page.
-        heights = browser.js("[...document.querySelectorAll('.print-chapter')].slice(0, -1).map((s) => s.scrollHeight)")
-        assert len(heights) == len(TITLES) and max(heights) <= 1031, heights
+        browser.send("Emulation.setDeviceMetricsOverride", {"width": A4_WIDTH_PX, "height": A4_HEIGHT_PX,
+                                                            "deviceScaleFactor": 1, "mobile": False})
+        # Laid out as wide as the paper, every chapter and the answers fit a page each.
+        heights = browser.js("[...document.querySelectorAll('.print-chapter')].map((s) => s.scrollHeight)")
+        assert len(heights) == len(TITLES) + 1 and max(heights) <= A4_HEIGHT_PX, heights
         pdf = base64.b64decode(browser.send("Page.printToPDF", {"printBackground": True, "preferCSSPageSize": True},
                                             timeout=120)["data"])
         (OUT / "lesson-handout.pdf").write_bytes(pdf)
         pages = pdf.count(b"/Type /Page") - pdf.count(b"/Type /Pages")
-        assert pages >= len(TITLES) + 1, pages  # a page a chapter, then the answers
+        assert pages == len(TITLES) + 1, pages  # a page a chapter, then the answers
         assert browser.js("document.querySelectorAll('#print-view .print-figure .main-svg').length") >= len(TITLES)
         assert browser.problems() == []
     finally:
