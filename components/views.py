@@ -58,11 +58,17 @@ CSS = """
 .headline .why { font-size: 12px; font-weight: normal; color: #475569; margin-top: 3px; }
 #summary th, #summary th * { white-space: normal !important; overflow: visible !important;
   text-overflow: clip !important; word-break: keep-all !important; }
+/* A figure's label takes a line of its own above the figure: floating over its top left, it covered the title. */
+.block:has(.js-plotly-plot) > [data-testid="block-label"] { position: static; }
 @media (max-width: 600px) {
   /* A phone's first screen shows a race: the title, the verdict and the columns come before the prompt, the
      lesson's button and the settings (the intro's words are in the About tab). */
   #intro { order: -5; } #intro p { display: none; } #message { order: -4; } #headline { order: -3; }
   #race-columns { order: -2; } #lesson-open { order: -1; }
+  /* ... and the prompt with Run inside the second screen: shorter answers (each scrolls), the example prompts
+     under Run. */
+  #race-columns .answer { max-height: 180px; }
+  #ask .block:has(> .gallery) { order: 1; }
   .tab-container button, [role="tab"] { padding-left: 8px !important; padding-right: 8px !important; }
   /* On a phone the figures' toolbar sat on their titles; pinch zoom does its job there. */
   .js-plotly-plot .modebar-container { display: none !important; }
