@@ -235,17 +235,37 @@ def verdict(traces: Mapping[str, RunTrace], reference: str = "plain") -> Verdict
     decided = all(s.steps >= MIN_STEPS for s in standings)
     fastest = max(standings, key=lambda s: s.speedup)
     leaders = [fastest.name]
+    ties: list[tuple[str, str, tuple[float, float, float]]] = []  # (a leader, the one it tied with, their ratio)
     # Ties chain: a run too close to call against any leader leads too (identical decoders measured 0.96x and
     # 1.01x of a third are each a tie with it, though the two intervals may just miss each other). The list grows
     # while it is walked, so each pair is compared once.
     for lead in leaders:
         for s in standings:
-            if s.name not in leaders and (not decided or too_close(*speed_ratio(traces[lead], traces[s.name]))):
+            if s.name in leaders:
+                continue
+            ratio = speed_ratio(traces[lead], traces[s.name]) if decided else None
+            if ratio is None or too_close(*ratio):
                 leaders.append(s.name)
-    return Verdict(reference, standings, leaders, decided, _headline(standings, leaders, decided), _why(standings))
+                if ratio is not None:
+                    ties.append((lead, s.name, ratio))
+    return Verdict(reference, standings, leaders, decided, _headline(standings, leaders, decided, ties),
+                   _why(standings))
 
 
-def _headline(standings: list[Standing], leaders: list[str], decided: bool) -> str:
+def _spread(lead: str, other: str, ratio: float, low: float, high: float) -> str:
+    """Why two leaders tie, in words: the faster one's speed over the other's, its interval, and what makes that a
+    tie. `ratio`, `low`, `high`: `other`'s speed over `lead`'s, as speed_ratio gives it."""
+    faster, slower = other, lead
+    if ratio < 1:  # the faster one is named first
+        faster, slower, ratio, low, high = lead, other, 1 / ratio, 1 / high, 1 / low if low else math.inf
+    words = f"{label_of(faster)}'s speed over {label_of(slower)}'s is {ratio:.2f}"
+    if low <= 1.0 <= high:
+        return f"{words}, and its 95% interval, {low:.2f}–{high:.2f}, includes equal speed"
+    return f"{words} (95% interval {low:.2f}–{high:.2f}), under the {SMALLEST_CALLED - 1:.0%} a race calls"
+
+
+def _headline(standings: list[Standing], leaders: list[str], decided: bool,
+              ties: list[tuple[str, str, tuple[float, float, float]]]) -> str:
     ref, others = standings[0], standings[1:]
     figures = ", ".join(
         f"{s.label} {s.speedup:.2f}× {ref.label.lower()}" + (" (too close to call)" if s.tie else "") for s in others)
@@ -254,8 +274,10 @@ def _headline(standings: list[Standing], leaders: list[str], decided: bool) -> s
     if len(leaders) == len(standings):
         return f"A tie: {figures}; each is too close to call against another, so this race names no winner."
     names = [label_of(n) for n in leaders]
-    lead = f"{names[0]} wins" if len(names) == 1 else f"{' and '.join(names)} tie for the lead"
-    return f"{lead}: {figures}."
+    if len(names) == 1:
+        return f"{names[0]} wins: {figures}."
+    spreads = "; ".join(_spread(lead, other, *ratio) for lead, other, ratio in ties)
+    return f"{' and '.join(names)} tie for the lead: {figures}; {spreads}."
 
 
 def shares_lead(result: Verdict, name: str) -> bool:

@@ -119,3 +119,18 @@ def test_a_race_leaves_autograd_as_it_found_it(llama, llama_head):
     for turn in race:
         assert not torch.is_inference_mode_enabled()  # between steps the caller's own mode holds
     assert not torch.is_inference_mode_enabled() and torch.is_grad_enabled()
+
+
+
+def test_a_tie_for_the_lead_says_on_its_line_what_makes_it_a_tie():
+    plain = trace_of("plain", [30.0] * 24)
+    noisy = [10, 12, 9, 11, 30, 28, 10, 11, 9, 10, 12, 11] * 2  # a busy spell, at other rounds for each
+    within = verdict({"plain": plain, "eagle2": trace_of("eagle2", noisy, 2), "ddd": trace_of("ddd", noisy[::-1], 2)})
+    assert within.headline == ("EAGLE-2 and DDD tie for the lead: EAGLE-2 5.45× plain, DDD 5.45× plain; DDD's speed "
+                               "over EAGLE-2's is 1.00, and its 95% interval, 0.91–1.10, includes equal speed.")
+    steady = [10.0] * 24
+    close = verdict({"plain": plain, "eagle2": trace_of("eagle2", steady, 2),
+                     "ddd": trace_of("ddd", [m * 0.97 for m in steady], 2)})
+    assert close.headline.startswith("DDD and EAGLE-2 tie for the lead: ")
+    assert close.headline.endswith("; DDD's speed over EAGLE-2's is 1.03 (95% interval 1.03–1.03), under the 5% a "
+                                   "race calls.")
