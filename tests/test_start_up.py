@@ -108,3 +108,11 @@ def test_a_model_named_on_the_command_line_that_cannot_load_gives_way_to_the_def
     assert models.config.model is None and models.config.head is None and not models.needs_load()
     assert models.start_up_words().startswith("no-such-model could not be loaded (")
     assert models.start_up_words().endswith("; racing SmolLM2-135M-Instruct instead.")
+
+
+def test_after_start_up_the_first_race_loads_nothing(tiny_llama_dir):
+    """`python app.py` loads and warms its pair before it serves: a first visitor's race waits for no load."""
+    models = app.local_models(ModelConfig(model=str(tiny_llama_dir), head="random", dtype="float32"))
+    page = build_page(models, ExampleShelf(EXAMPLES_DIR))
+    frames = race_frames(page, "the cat sat", Session(), SHORT)
+    assert frames and not any("Loading the model" in message_of(f) for f in frames)
