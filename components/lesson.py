@@ -107,9 +107,10 @@ def lesson_race(races: Iterable[tuple[str, Race]]) -> tuple[str, Race] | None:
     return next(((key, race) for key, race in races if all(m in race.traces for m in LESSON_METHODS)), None)
 
 
-def build_lesson(race: Race, example: str, gpu: StepCosts | None) -> Lesson:
+def build_lesson(race: Race, example: str, gpu: StepCosts | None, whatif: bool = True) -> Lesson:
     """The seven chapters of `race` (the shipped example `example`); `gpu`: the cost rule's costs for the race's pair
-    on ZeroGPU's GPU as the GPU projection has them (None: the projection lacks the pair)."""
+    on ZeroGPU's GPU as the GPU projection has them (None: the projection lacks the pair); `whatif`: whether its
+    readers have the app's What if panel (the static page's have not)."""
     missing = [METHOD_LABELS[m] for m in LESSON_METHODS if not decode_steps(race.get(m))]
     if missing:
         needed = ", ".join(METHOD_LABELS[m] for m in LESSON_METHODS)
@@ -125,7 +126,7 @@ def build_lesson(race: Race, example: str, gpu: StepCosts | None) -> Lesson:
              f"{markdown_literal(source_name(plain.model))} ({markdown_literal(plain.precision)} on "
              f"{markdown_literal(plain.device)}) answering “{markdown_literal(race.prompt)}” five ways.")
     chapters = (_slow(race), _draft_verify(race), _trees(race, speeds), _eagle2(race), _ddd(race), _cost(race, gpu),
-                _honest(race, result, example))
+                _honest(race, result, example, whatif))
     return Lesson(f"Lesson: how speculative decoding works ({markdown_literal(race.title or example)})",
                   intro, chapters)
 
@@ -358,7 +359,7 @@ def _cost(race: Race, gpu_costs: StepCosts | None) -> Chapter:
     return Chapter(6, TITLES[5], text, figure, question)
 
 
-def _honest(race: Race, result: Any, example: str) -> Chapter:
+def _honest(race: Race, result: Any, example: str, whatif: bool) -> Chapter:
     plain, ddd, eagle2 = race.traces["plain"], race.traces["ddd"], race.traces["eagle2"]
     times = sorted(s.ms for s in decode_steps(plain))
     speeds = {s.name: s for s in result.standings}
@@ -386,8 +387,9 @@ def _honest(race: Race, result: Any, example: str) -> Chapter:
     calls = [s.calls for s in replay.steps if s.recorded_calls]
     try_it = TryIt(example, threshold, (
         f"**Try it live.** In the app, race this prompt again with DDD's threshold at {readable(threshold)}, where "
-        f"its depth varies most: replayed at {readable(threshold)} (the app's What if panel, under its race) "
-        f"this race's DDD would draft between {min(calls)} and {max(calls)} levels a step"
+        f"its depth varies most: replayed at {readable(threshold)}"
+        + (" (the app's What if panel, under its race)" if whatif else "") +
+        f" this race's DDD would draft between {min(calls)} and {max(calls)} levels a step"
         + (f" (in {counted(replay.bounds, 'step')} deeper than the race drafted, so at least that deep)"
            if replay.bounds else "") +
         ". Press “Run the race” twice and compare the two verdicts."))

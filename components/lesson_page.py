@@ -79,7 +79,7 @@ def static_lesson(races: list[tuple[str, Race]], plotly_src: str, gpu: GpuCosts)
     found = lesson_race(races)
     if found is None:
         return None
-    lesson = build_lesson(found[1], found[0], gpu(found[1].traces["cost"]))
+    lesson = build_lesson(found[1], found[0], gpu(found[1].traces["cost"]), whatif=False)
     return lesson_html(lesson, plotly_src=plotly_src, back="index.html")
 
 

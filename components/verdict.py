@@ -255,9 +255,11 @@ def verdict(traces: Mapping[str, RunTrace], reference: str = "plain") -> Verdict
 def _spread(lead: str, other: str, ratio: float, low: float, high: float) -> str:
     """Why two leaders tie, in words: the faster one's speed over the other's, its interval, and what makes that a
     tie. `ratio`, `low`, `high`: `other`'s speed over `lead`'s, as speed_ratio gives it."""
+    if not (0 < ratio < math.inf and low > 0 and math.isfinite(high)):  # speed_ratio's answer without a speed
+        return f"this race's resampling cannot compare {label_of(lead)}'s speed with {label_of(other)}'s"
     faster, slower = other, lead
     if ratio < 1:  # the faster one is named first
-        faster, slower, ratio, low, high = lead, other, 1 / ratio, 1 / high, 1 / low if low else math.inf
+        faster, slower, ratio, low, high = lead, other, 1 / ratio, 1 / high, 1 / low
     words = f"{label_of(faster)}'s speed over {label_of(slower)}'s is {ratio:.2f}"
     if low <= 1.0 <= high:
         return f"{words}, and its 95% interval, {low:.2f}–{high:.2f}, includes equal speed"

@@ -11,7 +11,7 @@ import pytest
 
 from components import load_race
 from components.lesson import LESSON_METHODS, TITLES, build_lesson, lesson_race
-from components.lesson_page import lesson_html
+from components.lesson_page import lesson_html, static_lesson
 from ddd.costs import StepCosts
 from tests.bad_inputs import PAYLOADS
 
@@ -111,6 +111,13 @@ def test_the_cost_rule_chapter_prices_its_tree_on_a_gpu_at_the_costs_it_is_given
     assert "on ZeroGPU's GPU as the project's GPU projection prices this pair (a draft call 0.08, a tree forward " \
            "0.14 more than a one-token one, each verified token 0: projected, not measured)" in text
     assert "ZeroGPU" not in build_lesson(shipped[1], shipped[0], None).chapters[5].text
+
+
+def test_only_the_apps_lesson_points_to_its_what_if_panel(shipped):
+    try_it = {whatif: build_lesson(shipped[1], shipped[0], GPU, whatif).chapters[-1].try_it.text
+              for whatif in (True, False)}
+    assert "(the app's What if panel, under its race)" in try_it[True]
+    assert "What if" not in try_it[False] and "What if" not in static_lesson([shipped], "plotly.min.js", lambda _: GPU)
 
 
 class _Link:

@@ -74,6 +74,7 @@ def test_the_static_pages_lesson_from_disk(tmp_path):
             assert browser.js(text_of("question-reply")).startswith(("Right.", "Not quite"))
             shoot(browser, f"static-{number}")
         assert browser.js("!document.querySelector('#try-it').hidden")
+        assert "What if" not in browser.js(text_of("try-it"))  # the app's panel: not on this page
         # A chapter's own link opens it.
         browser.send("Page.navigate", {"url": (folder / "lesson.html").as_uri() + "#chapter-4"})
         browser.wait_for(f"{text_of('chapter-title')}.startsWith('4. ')", 20, "chapter 4 by its link")
