@@ -67,7 +67,7 @@ CSS = """
   #race-columns { order: -2; } #lesson-open { order: -1; }
   /* ... and the prompt with Run inside the second screen: shorter answers (each scrolls), the example prompts
      under Run. */
-  #race-columns .answer { max-height: 180px; }
+  #race-columns .answer { max-height: 150px; }
   #ask .block:has(> .gallery) { order: 1; }
   .tab-container button, [role="tab"] { padding-left: 8px !important; padding-right: 8px !important; }
   /* On a phone the figures' toolbar sat on their titles; pinch zoom does its job there. */
