@@ -9,6 +9,7 @@ declarations' ui ranges); what the views can recompute (the summary, the answer'
 """
 from __future__ import annotations
 
+import re
 import statistics
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -21,6 +22,7 @@ from ddd.tree import pool_size
 
 from .inputs import PROMPT_LIMITS
 from .race import METHOD_LABELS, RaceFileError
+from .tokens import excerpt
 
 Fail = Callable[[str, str], RaceFileError]
 # What a race in this app can hold: its max new tokens, and the longest prompt any device reads.
@@ -46,6 +48,16 @@ STEP_MS_FACTOR = 3.0
 TOLERANCE = 1e-6  # the cost rule's figures are recomputed from each other: floats that went through JSON
 FILE_TOLERANCE = 10.0 ** -FILE_DECIMALS  # a number a saved race rounded
 COST_NAMES = tuple(s.name for s in COST_SETTINGS)
+# Greedy verification reproduces plain decoding token for token, except on a GPU in half precision, where a near-tie
+# can break differently in a tree's forward than in a plain one (docs/usage.md, "Precision modes").
+HALF_PRECISIONS = ("float16", "bfloat16")
+# A speculative step's operations a token, at most this times plain decoding's a token for each draft call made and
+# one more for the rest: a draft call dispatches fewer operations than a target forward (about 75 against 141 on the
+# tests' two-layer model, fewer still against a deeper target), and the rest of a step at most 1.15 plain steps.
+OPS_FACTOR = 2.0
+# A special token as a tokenizer spells it alone ("<|im_end|>", "</s>"): decoded text leaves it out.
+SPECIAL = re.compile(r"<[^<>\s]{1,40}>")
+Where = Callable[[str], str]  # a run's place in its file, by method ("traces.ddd", or "the run")
 
 
 @dataclass(frozen=True)
@@ -94,6 +106,7 @@ def check_run(trace: RunTrace, where: str, fail: Fail) -> RunTrace:
         if step.costs is not None:  # first: the checks' weighings are priced at these
             _costs(step.costs, trace, f"{where}.steps[{position}].costs", fail)
         _step(step, shape, f"{where}.steps[{position}]", fail)
+    _ops(trace, where, fail)
     text = "".join(s.text for s in trace.steps)
     if trace.text and trace.text != text:
         raise fail(f"{where}.text", "differs from the text its steps emitted")
@@ -101,6 +114,27 @@ def check_run(trace: RunTrace, where: str, fail: Fail) -> RunTrace:
     if trace.summary:  # never trusted: the figures come from the steps (a stopped run's file has none)
         trace.summary = summarize(trace.steps)
     return trace
+
+
+def _ops(trace: RunTrace, where: str, fail: Fail) -> None:
+    """A run counts the operations of all its steps or of none; each count fits its step: the target's forward in
+    every step, drafting exactly where the step made draft calls."""
+    counted = [s.ops is not None for s in trace.steps]
+    if any(counted) and not all(counted):
+        raise fail(f"{where}.steps[{counted.index(False)}].ops", "is missing, but the run's other steps count their "
+                                                                "operations: a run counts all its steps or none")
+    for position, step in enumerate(trace.steps):
+        ops, at = step.ops, f"{where}.steps[{position}].ops"
+        if ops is None:
+            continue
+        if ops.verify == 0:
+            raise fail(f"{at}.verify", "is 0, but every step runs the target model, which dispatches operations")
+        if ops.draft and not step.draft_calls:
+            what = "the prefill, which drafts nothing" if step.prefill else "a step that made no draft calls"
+            raise fail(f"{at}.draft", f"is {ops.draft:,} on {what}")
+        if step.draft_calls and not ops.draft:
+            raise fail(f"{at}.draft", f"is 0, but the step made {step.draft_calls} draft calls, which dispatch "
+                                      "operations")
 
 
 def _step(step: Step, shape: Shape | None, where: str, fail: Fail) -> None:
@@ -287,6 +321,74 @@ def _pool(step: Step, shape: Shape, where: str, fail: Fail) -> None:
         raise fail(f"{where}.token_ids", "end with a token that is neither the bonus token nor drafted")
 
 
+def check_tokens(traces: dict[str, RunTrace], fail: Fail, where: Where = "traces.{}".format) -> None:
+    """The texts shown are the tokens' own: the file spells each token one way, every step's text shows its tokens in
+    order, and greedy runs emit the same tokens and so the same text, up to the shortest."""
+    spelt = _spellings(traces, fail, where)
+    for name, trace in traces.items():
+        _shown(trace, spelt, where(name), fail)
+    _greedy(traces, fail, where)
+
+
+def _spellings(traces: dict[str, RunTrace], fail: Fail, where: Where) -> dict[int, str]:
+    """Each token's text, as the draft pools and bonus tokens spell it (one text per token across the file)."""
+    spelt: dict[int, tuple[str, str]] = {}  # a token: its text and the first field that spells it
+    for name, trace in traces.items():
+        for position, step in enumerate(trace.steps):
+            at = f"{where(name)}.steps[{position}]"
+            given = [(n.token_id, n.text, f"{at}.pool[{i}].text") for i, n in enumerate(step.pool)]
+            if step.bonus_id is not None:
+                given.append((step.bonus_id, step.bonus_text, f"{at}.bonus_text"))
+            for token, text, field in given:
+                first, first_field = spelt.setdefault(token, (text, field))
+                if text != first:
+                    raise fail(field, f"spells token {token} {excerpt(text)}, but {first_field} spells it "
+                                      f"{excerpt(first)}: a token has one text")
+    return {token: text for token, (text, _) in spelt.items()}
+
+
+def _shown(trace: RunTrace, spelt: dict[int, str], where: str, fail: Fail) -> None:
+    """The run's text shows the text of each of its tokens the file spells, in order. A step may leave half a
+    character to the next (the engine holds it back until it completes), so tokens are sought in the run's text from
+    where the last one was found, not in their own step's. Spellings are read without their surrounding spaces (a
+    tokenizer may drop a word's leading space when it spells the word alone); a token that spells part of a
+    character (U+FFFD), no visible text, or a special token (SPECIAL: the text leaves those out) is passed over."""
+    text = "".join(step.text for step in trace.steps)
+    start = 0
+    for position, step in enumerate(trace.steps):
+        for token in step.token_ids:
+            spelling = spelt.get(token, "").strip()
+            if not spelling or "\ufffd" in spelling or SPECIAL.fullmatch(spelling):
+                continue
+            found = text.find(spelling, start)
+            if found < 0:
+                raise fail(f"{where}.steps[{position}].text", f"is {excerpt(step.text)}, and the run's text from there "
+                                                              f"on never shows token {token} ({excerpt(spelling)}, "
+                                                              "as the file spells it), which its token_ids hold")
+            start = found + len(spelling)
+
+
+def _greedy(traces: dict[str, RunTrace], fail: Fail, where: Where) -> None:
+    """Greedy runs (on a GPU in half precision aside) emit the same tokens up to the shortest, and runs that emitted
+    the same tokens show the same text."""
+    runs = [(name, t) for name, t in traces.items() if Sampling(**t.sampling).greedy
+            and not (t.device.startswith("cuda") and t.precision in HALF_PRECISIONS)]
+    if len(runs) < 2:
+        return
+    first_name, first = runs[0]
+    first_ids = [token for step in first.steps for token in step.token_ids]
+    for name, trace in runs[1:]:
+        ids = [token for step in trace.steps for token in step.token_ids]
+        for position, (theirs, ours) in enumerate(zip(first_ids, ids)):
+            if theirs != ours:
+                raise fail(f"{where(name)}.steps", f"emit token {ours} as token {position + 1} of the answer, where "
+                                                   f"{where(first_name)} emits {theirs}: greedy runs of one race emit "
+                                                   "the same tokens")
+        if ids == first_ids and trace.text != first.text:
+            raise fail(f"{where(name)}.text", f"differs from {where(first_name)}.text, yet both runs emitted the same "
+                                              "tokens, which spell one text")
+
+
 def check_race(traces: dict[str, RunTrace], fail: Fail) -> None:
     """The runs of one race answered one prompt on one model, in one precision and with one sampling."""
     names = list(traces)
@@ -303,7 +405,28 @@ def check_race(traces: dict[str, RunTrace], fail: Fail) -> None:
     heads = {t.head for t in traces.values() if t.method != "plain"}
     if len(heads) > 1:
         raise fail("traces", f"draft with different heads ({', '.join(METHOD_LABELS[m] for m in names)})")
+    check_tokens(traces, fail)
     _paces(traces, fail)
+    _ops_ceiling(traces, fail)
+
+
+def _ops_ceiling(traces: dict[str, RunTrace], fail: Fail) -> None:
+    """No speculative step dispatches more operations a token than its draft calls and one target forward can
+    (OPS_FACTOR), against plain decoding's in the same race."""
+    plain = [s.ops.total for s in traces["plain"].steps if not s.prefill and s.ops] if "plain" in traces else []
+    if not plain:
+        return
+    per_token = max(plain)  # a plain step emits one token
+    for name, trace in traces.items():
+        for position, step in enumerate(trace.steps):
+            if name == "plain" or step.prefill or step.ops is None:
+                continue
+            count, most = step.ops.total / len(step.token_ids), OPS_FACTOR * (step.draft_calls + 1) * per_token
+            if count > most:
+                raise fail(f"traces.{name}.steps[{position}].ops", f"count {count:,.0f} operations a token, more than "
+                                                                   f"{OPS_FACTOR:g} x ({step.draft_calls} draft calls "
+                                                                   f"+ 1) x plain decoding's {per_token:,} a token in "
+                                                                   "this race")
 
 
 def typical_step_ms(trace: RunTrace) -> float | None:

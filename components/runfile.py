@@ -23,7 +23,7 @@ from ddd.trace import (CHAIN_ENDS, SCHEMA_VERSION, STATUSES, DraftNode, RunTrace
 
 from .jsonfile import LIMITS, FileLimits, read_json
 from .race import METHOD_LABELS, RACE_FORMAT, RACE_VERSION, Race, RaceFileError
-from .runcheck import check_race, check_run
+from .runcheck import check_race, check_run, check_tokens
 from .tokens import excerpt
 
 TRACE_FIELDS = {f.name for f in fields(RunTrace)}
@@ -45,6 +45,7 @@ def race_from_data(data: Any, source: str = "the file", limits: FileLimits = LIM
         raise RaceFileError(f"{source} is not a recorded run: it holds {_kind(data)}, not an object.")
     if "format" not in data and "method" in data and "steps" in data:
         trace = checker.trace(data, "the run", None)
+        check_tokens({trace.method: trace}, checker.fail, lambda _: "the run")
         return Race(traces={trace.method: trace}, title=trace.prompt[:60])
     if data.get("format") != RACE_FORMAT:
         raise RaceFileError(f"{source} is not a DDD Explorer recorded run (its format is "

@@ -1,6 +1,8 @@
 """Hand-built races for the view tests: traces whose every figure is known."""
 from __future__ import annotations
 
+from dataclasses import replace
+
 from components import Race
 from ddd.costs import StepCosts
 from ddd.metrics import summarize
@@ -78,19 +80,26 @@ def make_trace(method, steps, settings=None, temperature=0.0):
     return trace
 
 
+# The hand race's answer after its prefill: greedy runs of one race emit the same tokens (components/runcheck.py).
+HAND_ANSWER = ((101, " the"), (104, " cat"), (99, " on"), (98, " hey"), (104, " cat"), (99, " on"))
+
+
 def plain_trace(n=6, ms=50.0):
-    return make_trace("plain", [prefill()] + [Step(index=i, token_ids=[i], text=f" w{i}", accepted=0, verify_ms=ms)
-                                              for i in range(1, n + 1)])
+    tokens = [HAND_ANSWER[i - 1] if i <= len(HAND_ANSWER) else (i, f" w{i}") for i in range(1, n + 1)]
+    return make_trace("plain", [prefill()] + [Step(index=i, token_ids=[token], text=text, accepted=0, verify_ms=ms)
+                                              for i, (token, text) in enumerate(tokens, 1)])
 
 
 def hand_race():
     nothing = small_pool({1: "rejected", 4: "rejected"})  # a step that accepted nothing: its path is the root alone
     eagle2 = make_trace("eagle2", [prefill(), spec_step(1), spec_step(2, accepted=0, path=(0,), bonus=(98, " hey"),
                                                                       pool=nothing)])
+    hey = small_pool()
+    hey[1] = replace(hey[1], token_id=98, text=" hey")  # the answer goes on as EAGLE-2's did
     ddd = make_trace("ddd", [
         prefill(),
         spec_step(1, calls=3, limit=6, checks=[(3, -0.9, True)]),  # early stop: ghost levels 4..6
-        spec_step(2, calls=6, limit=6, checks=[(3, -0.1, False), (5, -0.2, False)]),  # deeper than EAGLE-2's 3
+        spec_step(2, calls=6, limit=6, checks=[(3, -0.1, False), (5, -0.2, False)], pool=hey),  # deeper than EAGLE-2's 3
     ])
     return Race(traces={"plain": plain_trace(), "eagle2": eagle2, "ddd": ddd}, title="hand race")
 

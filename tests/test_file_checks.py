@@ -22,7 +22,7 @@ from components.views import column_views, race_views, step_view
 from ddd.metrics import summarize
 from ddd.trace import RunTrace, Step
 from tests.bad_inputs import race_data
-from tests.races import hand_race, make_trace, node, plain_trace, prefill, spec_step
+from tests.races import HAND_ANSWER, hand_race, make_trace, node, plain_trace, prefill, spec_step
 
 DDD_STEP = ("traces", "ddd", "steps", 1)
 BUILD_S = 2.0  # a step's figure, whatever the file says
@@ -121,8 +121,8 @@ def largest_step(width: int = 32, calls: int = 24, total: int = 128) -> Step:
         for parent in beam:
             for rank in range(width):
                 i = len(pool)
-                pool.append(node(i, f" t{i}", parent, depth, -0.1 * (rank + 1),
-                                 "pruned", rank=rank, score=pool[parent].score - 0.1 * (rank + 1)))
+                pool.append(node(i, f" t{i}", parent, depth, -0.1 * (rank + 1), "pruned", rank=rank,
+                                 token_id=1000 + i, score=pool[parent].score - 0.1 * (rank + 1)))
                 children.append(i)
         beam = sorted(children, key=lambda i: -pool[i].score)[:width]
         for i in beam:
@@ -132,7 +132,9 @@ def largest_step(width: int = 32, calls: int = 24, total: int = 128) -> Step:
         pool[i].status = "rejected"
     path = [0, next(i for i in kept if pool[i].parent == 0)]
     pool[path[1]].status = "accepted"
-    return spec_step(pool=pool, path=tuple(path), accepted=1, calls=calls, limit=calls, text=pool[path[1]].text + " on")
+    # The answer plain decoding gives in the hand race (tests/races.py), as greedy runs of one race agree.
+    pool[path[1]].token_id, pool[path[1]].text = HAND_ANSWER[0]
+    return spec_step(pool=pool, path=tuple(path), accepted=1, calls=calls, limit=calls, bonus=HAND_ANSWER[1])
 
 
 def test_the_largest_pool_the_app_makes_loads_and_draws_each_step_within_two_seconds():
