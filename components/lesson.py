@@ -17,6 +17,7 @@ from typing import Any
 
 import plotly.graph_objects as go
 
+from ddd.bench.projection import BAND
 from ddd.costs import StepCosts
 from ddd.numbers import readable
 from ddd.trace import RunTrace, Step
@@ -326,7 +327,8 @@ def _cost(race: Race, gpu_costs: StepCosts | None) -> Chapter:
     on_gpu = (f"T = {cpu:.2f} plain steps at these costs, but {gpu_costs.time(check.call, verified):.2f} on "
               f"ZeroGPU's GPU as the project's GPU projection prices this pair (a draft call "
               f"{readable(gpu_costs.draft_cost)}, a tree forward {readable(gpu_costs.verify_base)} more than a "
-              f"one-token one, each verified token {readable(gpu_costs.verify_cost)}: projected, not measured)"
+              f"one-token one, each verified token {readable(gpu_costs.verify_cost)}: projected, each ±{BAND:.0%}, "
+              "not measured)"
               if gpu_costs else
               f"T = {cpu:.2f} plain steps at these costs; on a GPU a large model verifies tens of tokens for "
               "about the price of one")

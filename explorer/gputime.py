@@ -13,7 +13,7 @@ from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 
 from components.race import COST_METHOD, METHOD_LABELS, RACE_METHODS
-from ddd.bench.projection import METHODS, ZEROGPU, PairProjection, project
+from ddd.bench.projection import BAND, METHODS, ZEROGPU, PairProjection, banded, project
 from ddd.catalog import PAIRS
 from ddd.numbers import readable
 from ddd.settings import MAX_NEW_TOKENS
@@ -49,8 +49,9 @@ WINDOW = 5  # races remembered per pair: the slowest of them sizes the next ask
 START_UP_ASK_S = 300
 WARM_UP_TOKENS = 16
 # A Space's default race shows the papers' effect when DDD is at least this much faster than plain decoding, and
-# faster than EAGLE-2: the papers measured 3-3.6x on their 7B targets (docs/results.md, "GPU projection"), while a
-# pair bound by launching its operations shows speculative decoding's mechanics but not its speed.
+# faster than EAGLE-2: the papers measured 3-3.6x on their 7B targets and Spec-Bench 2.1-2.6x (docs/results.md, "GPU
+# projection"), while a pair whose draft calls cost nearly what its forward does shows speculative decoding's
+# mechanics but not its speed.
 PAPERS_SPEEDUP = 2.0
 # A visitor who is not logged in races at least this many default races a day.
 SPACE_RACES = 8
@@ -166,23 +167,32 @@ class SpaceRace:
         """The default race's projected GPU time."""
         return self.pace.predict(RACE_METHODS, self.tokens)
 
+    @property
+    def asked(self) -> int:
+        """The seconds the default race asks ZeroGPU for (ask_for: the projected time with its margin)."""
+        return ask_for(self.seconds)
+
+    def figures(self) -> str:
+        """The default race's GPU time in words, as the page and docs/results.md state it."""
+        return (f"a race of {self.tokens} new tokens is projected at {banded(self.seconds, ' s')} of GPU time; it asks "
+                f"ZeroGPU for {self.asked} s, {counted(self.asked)} s {AS_COUNTED}, which covers "
+                f"{readable(MARGIN)} times the projection and {readable(SLACK_S)} s more")
+
     def words(self, quick: "SpaceRace | None" = None) -> str:
         """The page's words for the Space's default race, and why its pair (`quick`: the small pair beside it)."""
         p, label = self.projection, self.projection.pair.label
         text = (f"**On this Space** the race opens on {label}, the pair the project's GPU projection picks: on "
-                f"this GPU a forward of its target reads {p.nbytes.target / 1e9:.0f} GB of weights, so verifying a "
-                "whole draft tree costs about what one token does, and the projection (docs/results.md) puts EAGLE-2 "
-                f"at {p.speedup('eagle2'):.1f}x and DDD at {p.speedup('ddd'):.1f}x plain decoding, the papers' effect. A "
-                f"race of {self.tokens} new tokens takes about {self.seconds:.0f} s of GPU time, "
-                f"{self.seconds * DURATION_FACTOR:.0f} s {AS_COUNTED}: a visitor who is not logged in has "
-                f"{VISITOR_QUOTA_S // 60} minutes a day, {races_a_day(self.pace, RACE_METHODS, self.tokens)} such "
-                "races.")
+                f"this GPU the projection (docs/results.md, fitted on published GPU measurements) puts EAGLE-2 at "
+                f"{banded(p.speedup('eagle2'))} and DDD at {banded(p.speedup('ddd'))} plain decoding. "
+                f"{_capital(self.figures())}: a visitor who is not logged in has {VISITOR_QUOTA_S // 60} "
+                f"minutes a day, {races_a_day(self.pace, RACE_METHODS, self.tokens)} such races.")
         if quick is not None:
-            text += (f" {quick.projection.pair.label} is the quick pair (Settings, model menu): about "
-                     f"{quick.seconds:.0f} s a race, {quick.seconds * DURATION_FACTOR:.0f} s as ZeroGPU counts it; on "
-                     "a GPU its small model is bound by launching its operations rather than by reading its weights, "
-                     f"so speculation gains less there (EAGLE-2 {quick.projection.speedup('eagle2'):.1f}x, DDD "
-                     f"{quick.projection.speedup('ddd'):.1f}x projected).")
+            text += (f" {quick.projection.pair.label} is the quick pair (Settings, model menu): a race of "
+                     f"{quick.tokens} new tokens asks for {quick.asked} s, {counted(quick.asked)} s as ZeroGPU "
+                     "counts it; on a GPU its small model is bound by launching its operations rather than by "
+                     f"reading its weights, so speculation gains less there (EAGLE-2 "
+                     f"{banded(quick.projection.speedup('eagle2'))}, DDD {banded(quick.projection.speedup('ddd'))} "
+                     "projected).")
         return text
 
 
@@ -275,11 +285,12 @@ class GpuAnswer:
         return cls("aborted" if ABORTED in text else "other", text)
 
 
-def shorter_race(gpu: GpuTime, key: Key, methods: tuple[str, ...], seconds: float) -> str:
-    """What fits in `seconds`: fewer tokens, or as many without the cost rule's column."""
+def shorter_race(gpu: GpuTime, key: Key, methods: tuple[str, ...], seconds: float, quota: str) -> str:
+    """What fits in `seconds` (`quota`: whose seconds they are): fewer tokens, or as many without the cost rule's
+    column."""
     tokens = gpu.fitting_tokens(key, methods, seconds)
-    fits = (f"a race of at most {tokens} new tokens fits (lower max new tokens)" if tokens else
-            "no race of these methods fits")
+    fits = (f"a race of at most {tokens} new tokens fits {quota} (lower max new tokens)" if tokens else
+            f"no race of these methods fits {quota}")
     if COST_METHOD in methods:
         without = gpu.fitting_tokens(key, tuple(m for m in methods if m != COST_METHOD), seconds)
         if without > tokens:
@@ -287,9 +298,23 @@ def shorter_race(gpu: GpuTime, key: Key, methods: tuple[str, ...], seconds: floa
     return fits
 
 
+def whole_day_fits(gpu: GpuTime, key: Key, methods: tuple[str, ...]) -> str:
+    """What fits a visitor's whole day, for each quota: not logged in, and a free account."""
+    return (f"{shorter_race(gpu, key, methods, VISITOR_QUOTA_S, VISITOR_DAY)}; "
+            f"{shorter_race(gpu, key, methods, ACCOUNT_QUOTA_S, ACCOUNT_DAY)}")
+
+
+def projected_band(gpu: GpuTime, key: Key) -> str:
+    """The band a pace projected for this GPU carries (nothing for one this Space measured)."""
+    return "" if gpu.pace(key).timed else f" (±{BAND:.0%}, the projection's error against published measurements)"
+
+
 # How the page names ZeroGPU's count of a call's time.
 AS_COUNTED = (f"as ZeroGPU counts it (the time requested x {readable(DURATION_FACTOR)}, its duration factor on "
               "this GPU)")
+# The quotas a "fits" sentence names.
+VISITOR_DAY = f"a visitor's {VISITOR_QUOTA_S // 60} minutes (not logged in)"
+ACCOUNT_DAY = f"a free account's {ACCOUNT_QUOTA_S // 60} minutes"
 
 
 def refusal_words(answer: GpuAnswer, gpu: GpuTime, key: Key, methods: tuple[str, ...]) -> str:
@@ -297,8 +322,9 @@ def refusal_words(answer: GpuAnswer, gpu: GpuTime, key: Key, methods: tuple[str,
     if answer.kind == "quota":
         refill = f"in {answer.refill}" if answer.refill else "within a day"
         return (f"ZeroGPU refused this race: it asked for {answer.asked} s of GPU time {AS_COUNTED}, and your quota "
-                f"has {answer.left} s left today (it refills {refill}). Nothing ran. In {answer.left} s "
-                f"{shorter_race(gpu, key, methods, answer.left)}. Log in to Hugging Face for more: "
+                f"has {answer.left} s left today (it refills {refill}). Nothing ran: "
+                f"{shorter_race(gpu, key, methods, answer.left, f'the {answer.left} s left')}"
+                f"{projected_band(gpu, key)}. Log in to Hugging Face for more: "
                 f"{ACCOUNT_QUOTA_S // 60} minutes a day with a free account, {VISITOR_QUOTA_S // 60} without.")
     if answer.kind == "aborted":
         return ("The race ran out of the GPU time it reserved and ZeroGPU ended it (GPU task aborted). Below is what "
@@ -313,8 +339,14 @@ def too_long_words(ask: int, limit: float, gpu: GpuTime, key: Key, methods: tupl
              f"a visitor's whole day ({VISITOR_QUOTA_S // 60} minutes of GPU time when not logged in, "
              f"{ACCOUNT_QUOTA_S // 60} with a free account)")
     pace = "this Space's measured pace" if gpu.pace(key).timed else "the pace projected for this GPU"
+    fits = (shorter_race(gpu, key, methods, limit, f"the {limit:.0f} s left") if known else
+            whole_day_fits(gpu, key, methods))
     return (f"This race would ask ZeroGPU for about {counted(ask)} s of GPU time {AS_COUNTED}, more than {whose}, so "
-            f"it was not started. At {pace}, {shorter_race(gpu, key, methods, limit)}.")
+            f"it was not started. At {pace}{projected_band(gpu, key)}, {fits}.")
+
+
+def _capital(text: str) -> str:
+    return text[:1].upper() + text[1:]
 
 
 @dataclass

@@ -11,7 +11,7 @@ from components import Race
 from components.inputs import InputError, checked, input_error
 from components.race import METHOD_LABELS
 from components.whatif import TITLE, whatif_figure, whatif_summary
-from ddd.bench.projection import zerogpu_costs
+from ddd.bench.projection import BAND, zerogpu_costs
 from components.widgets import CheckedSlider
 from ddd.costs import StepCosts
 from ddd.settings import CHECK_STEPS, COST_SETTINGS, MAX_DRAFT_CALLS, THRESHOLD, VERIFY_COST, Setting, SettingsError
@@ -32,13 +32,22 @@ COSTS_NOTE = ("**this CPU**: the costs the race's cost rule priced its last step
               "settings where it measured none; the declared ones when the race has no cost-rule run). "
               "**a GPU**: the costs the project's GPU projection gives this race's model pair on ZeroGPU's GPU (half "
               "an RTX PRO 6000): each part of a step takes the longer of reading its bytes from memory and launching "
-              "its operations, in plain steps (docs/results.md, \"GPU projection\"); projected, not measured, and "
-              "only for the pairs of the model menu. Predicted times use this race's own costs either way.")
+              "its operations, in plain steps (docs/results.md, \"GPU projection\"); projected, not measured, "
+              f"within ±{BAND:.0%} of published GPU measurements, and only for the pairs of the model menu. Predicted "
+              "times use this race's own costs either way.")
 NO_GPU_PROJECTION = ("The GPU projection covers the model menu's pairs only (docs/results.md, \"GPU projection\"): "
                      "this race's pair has none, so the costs stay as they were.")
 COST_WIDGETS = [f"whatif_{s.name}" for s in COST_SETTINGS]
 WIDGETS = ["whatif_source", "whatif_threshold", "whatif_checks", *COST_WIDGETS]
 OUTPUTS = ["whatif_chart", "whatif_note"]
+
+
+def gpu_costs_words(costs: StepCosts) -> str:
+    """The note's words for the projected costs "a GPU" put on the sliders, with the projection's band."""
+    return (f"A GPU's costs, projected for this race's pair on ZeroGPU's card (each ±{BAND:.0%}, the projection's "
+            f"leave-one-out error against published GPU measurements): a draft call {costs.draft_cost:.3f}, a tree "
+            f"forward {costs.verify_base:.3f} more than a one-token one, each verified token {costs.verify_cost:.4f} "
+            "plain steps.")
 
 
 def _slider(setting: Setting, value: float, step: float, elem_id: str) -> CheckedSlider:
@@ -150,10 +159,13 @@ class WhatIfPanel:
                 return {**{self.ui[name]: gr.skip() for name in COST_WIDGETS}, self.ui["whatif_chart"]: gr.skip(),
                         self.ui["whatif_note"]: message(NO_GPU_PROJECTION, "note")}
         costs = _costs(projected if which == "gpu" else _race_costs(race, trace))
+        lead = gpu_costs_words(projected) if which == "gpu" else ""
         return {**{self.ui[name]: value for name, value in zip(COST_WIDGETS, costs)},
-                **self._replay(race, source, threshold, checks, costs)}
+                **self._replay(race, source, threshold, checks, costs, lead)}
 
-    def _replay(self, race: Race | None, source: Any, threshold: Any, checks: Any, costs: list[Any]) -> dict:
+    def _replay(self, race: Race | None, source: Any, threshold: Any, checks: Any, costs: list[Any],
+                lead: str = "") -> dict:
+        """`lead`: what the note says before the replay's summary."""
         ui = self.ui
         sources = _sources(race)
         if race is None:
@@ -186,4 +198,4 @@ class WhatIfPanel:
         except SettingsError as err:
             return {ui["whatif_chart"]: gr.skip(), ui["whatif_note"]: message(str(input_error(err)))}
         return {ui["whatif_chart"]: whatif_figure(trace, results),
-                ui["whatif_note"]: message(whatif_summary(trace, results, own), "note")}
+                ui["whatif_note"]: message(f"{lead} {whatif_summary(trace, results, own)}".strip(), "note")}

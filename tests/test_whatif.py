@@ -12,7 +12,7 @@ from ddd.costs import Calibration
 from ddd.numbers import readable
 from ddd.engine import generate
 from ddd.settings import SettingsError
-from ddd.bench.projection import zerogpu_costs
+from ddd.bench.projection import BAND, zerogpu_costs
 from ddd.whatif import WhatIfError, cost_whatif, ddd_whatif, own_costs
 from explorer.layout import Ui
 from explorer.whatif import COST_WIDGETS, WhatIfPanel
@@ -173,6 +173,8 @@ def test_a_gpu_puts_the_projections_costs_for_the_races_pair_on_zerogpus_gpu_on_
     projected = zerogpu_costs(race.get("ddd"))
     assert [out[ui[name]] for name in COST_WIDGETS] == [projected.draft_cost, projected.verify_base,
                                                         projected.verify_cost]
+    replayed = WhatIfPanel(ui).preset("gpu", "ddd", -0.3, "5,7", *COSTS.values(), SimpleNamespace(race=race))
+    assert f"(each ±{BAND:.0%}, the projection&#x27;s leave-one-out error" in replayed[ui["whatif_note"]]["value"]
 
 
 def test_a_gpu_leaves_the_costs_as_they_were_for_a_pair_the_projection_lacks(ddd_run):

@@ -1,28 +1,35 @@
 """What each model pair the app offers would decode at on three GPUs: ZeroGPU's, the DDD paper's A40 and an H100.
 
-`python -m ddd.bench.projection` prints the table (docs/results.md, "GPU projection", has it with every source).
+`python -m ddd.bench.projection` prints the table (docs/results.md, "GPU projection", has it with every source);
+`--bandwidth` and `--tau` project onto another card or accept length, `--published` checks the rule against the
+published GPU measurements it is fitted on (ddd/bench/published.py).
 
-A decoding step on a GPU at batch 1 is bound either by reading memory or by launching its operations one by one
-(ddd/ops.py): each phase of a step takes the longer of the two,
+A decoding step on a GPU at batch 1 is bound either by reading memory or by the host issuing its operations one by
+one (ddd/ops.py): each phase of a step takes the longer of the two,
 
-    max(bytes read / memory bandwidth, operations x LAUNCH_S)
+    max(bytes read / (bandwidth x reached fraction), host operations x launch cost)
 
 and the engine waits for the device between phases, so a step is the sum of its phases: the target's forward
 (its 16-bit weights and the KV cache of a typical context), each draft call (the head's layer and the LM head
 rows it drafts over), and the step's remaining operations (acceptance, the cache kept). Bytes come from the
 pairs' configs (ddd.catalog). Operations are counted live, by running the engine on a tiny random model of the
 pair's structure: the operations a step dispatches depend on the number of layers, the attention's grouping and
-the head's kind, not on widths, so the counts follow the engine as it changes. A method's tokens per second
-is its mean acceptance length tau (published for the papers' pairs, measured for the default one) over its
-step time.
+the head's kind, not on widths, so the counts follow the engine as it changes. What the counts miss, the host's
+own work per speculative step (building the tree, waiting for the device) and per verified token, is counted in
+operations too. Those two, the launch cost and the fraction of the card's bandwidth a batch-1 forward reaches are
+the rule's free parameters (Overheads), fitted on published GPU measurements (ddd/bench/published.py). A method's
+tokens per second is its mean acceptance length tau (published for the papers' pairs, measured for the default
+one) over its step time.
 """
 from __future__ import annotations
 
 import argparse
 import statistics
 import tempfile
+from collections.abc import Mapping
 from dataclasses import dataclass
 from functools import lru_cache
+from types import SimpleNamespace
 from typing import Any
 
 import torch
@@ -30,29 +37,27 @@ from tokenizers import Tokenizer
 from tokenizers.models import WordLevel
 from transformers import LlamaConfig, LlamaForCausalLM, PreTrainedTokenizerFast
 
-from ddd.catalog import PAIRS, ModelPair, head_shape, parameter_count, target_size
+from ddd.catalog import PAIRS, TARGET_SIZES, ModelPair, head_shape, parameter_count
 from ddd.costs import StepCosts
 from ddd.eagle3 import new_eagle3_head
 from ddd.engine import generate
 from ddd.head import for_target, new_head
 from ddd.models import DEFAULT_HUB_ID, DEFAULT_MODEL, Target, load_target
 from ddd.numbers import readable
-from ddd.settings import CHECK_STEPS, METHOD_DECLARATIONS
+from ddd.settings import CHECK_STEPS, EAGLE_TREE, METHOD_DECLARATIONS, TOTAL_TOKENS
 from ddd.trace import RunTrace
 
-METHODS = ("plain", "eagle2", "ddd")
+METHODS = ("plain", "eagle2", "ddd")  # what the app races and the table shows
+COUNTED = ("plain", "eagle", "eagle2", "ddd")  # what operations are counted for (EAGLE too, for published figures)
 WEIGHT_BYTES = 2  # 16-bit weights and KV cache, as the papers and ZeroGPU (float16) run them
 # An MT-bench turn's context (its question and answer so far), for the KV cache each forward reads: assumed.
 CONTEXT_TOKENS = 512
-# Assumed, the same on every card (the host issues the operations): PyTorch's dispatch and the CUDA launch of
-# one operation. A kernel launch alone takes on the order of microseconds (Modal's GPU Glossary, "CUDA Graph").
-LAUNCH_S = 5e-6
 
 
 @dataclass(frozen=True)
 class Gpu:
     name: str
-    bandwidth: float  # bytes per second, from memory
+    bandwidth: float  # bytes per second, from memory: the card's specification
     source: str
 
 
@@ -65,6 +70,29 @@ GPUS = (ZEROGPU, A40, H100)
 
 
 @dataclass(frozen=True)
+class Overheads:
+    """What the roofline leaves out: the rule's free parameters, fitted on published GPU measurements."""
+
+    launch_s: float  # host seconds per dispatched operation: PyTorch's dispatch and the CUDA launch
+    bandwidth_fraction: float  # of the card's specified bandwidth, what a batch-1 forward reads at
+    step_ops: float  # the host's work per speculative step that the counts miss, in operations
+    token_ops: float  # the host's work per verified token beyond the root, in operations
+
+
+# `python -m ddd.bench.projection --published` fits these (the least squares of the log errors over every published
+# figure, ddd/bench/published.py); tests/test_projection.py fits them again and checks they are these.
+FIT = Overheads(launch_s=22.34e-6, bandwidth_fraction=0.4342, step_ops=552.2, token_ops=8.987)
+# The largest leave-one-out error of that fit (each figure projected by the rule fitted on the others): the band
+# every projected figure the app shows carries.
+BAND = 0.11
+
+
+def banded(value: float, suffix: str = "x") -> str:
+    """A projected figure with its band: "3.4x (±8%)"."""
+    return f"{readable(value, 2) if value < 10 else readable(value)}{suffix} (±{BAND:.0%})"
+
+
+@dataclass(frozen=True)
 class Tau:
     """Mean acceptance length (tokens per step, the bonus token included) of EAGLE-2 and DDD on a pair."""
 
@@ -72,8 +100,8 @@ class Tau:
     ddd: float
     source: str
 
-    def of(self, method: str) -> float:
-        return {"plain": 1.0, "eagle2": self.eagle2, "ddd": self.ddd}[method]
+    def per_method(self) -> dict[str, float]:
+        return {"plain": 1.0, "eagle2": self.eagle2, "ddd": self.ddd}
 
 
 # The default pair at the papers' settings, float32, 42 dev questions (docs/results.md, "float32, the papers'
@@ -99,12 +127,29 @@ TAUS = {
         6.13, "EAGLE-3 paper (arXiv 2503.01840), Table 1: L31 8B, EAGLE-3, MT-bench, temperature 0"),
 }
 
+# Targets of published measurements beyond the model menu's: Vicuna v1.3 13B and 33B fine-tune LLaMA 13B and 30B and
+# keep their configs (hidden size, MLP width, layers, heads, the 32,000-token vocabulary).
+OTHER_SIZES = {
+    "lmsys/vicuna-13b-v1.3": dict(hidden_size=5120, intermediate_size=13824, num_hidden_layers=40,
+                                  num_attention_heads=40, num_key_value_heads=40, vocab_size=32000),
+    "lmsys/vicuna-33b-v1.3": dict(hidden_size=6656, intermediate_size=17920, num_hidden_layers=60,
+                                  num_attention_heads=52, num_key_value_heads=52, vocab_size=32000),
+}
+
+
+def size_of(pair: ModelPair) -> SimpleNamespace:
+    """A pair's target config: the model menu's (ddd.catalog.TARGET_SIZES) or a published measurement's."""
+    model = pair.model or DEFAULT_HUB_ID
+    return SimpleNamespace(**(TARGET_SIZES[model] if model in TARGET_SIZES else OTHER_SIZES[model]))
+
+
 # -- operations, counted on a tiny model of the pair's structure -------------------------------------------------
 
 TINY_VOCAB = 64  # at least the beam width: a draft call takes the beam's best tokens
 TINY_HEADS = 4
 PROMPT = list(range(1, 9))
 COUNTED_TOKENS = 8  # a random head is accepted almost never: about one step per token
+SEED = 0  # the tiny models' weights: how often their drafts are accepted moves the medians a little
 
 
 @dataclass(frozen=True)
@@ -139,7 +184,9 @@ def counted_ops(layers: int, grouped: bool, head_kind: str, own_vocab: bool,
     threads = torch.get_num_threads()
     torch.set_num_threads(1)
     try:
-        return _count(layers, grouped, head_kind, own_vocab, tree)
+        with torch.random.fork_rng():
+            torch.manual_seed(SEED)
+            return _count(layers, grouped, head_kind, own_vocab, tree)
     finally:
         torch.set_num_threads(threads)
 
@@ -152,7 +199,7 @@ def _count(layers: int, grouped: bool, head_kind: str, own_vocab: bool,
         head = (new_eagle3_head(target, draft_vocab=draft_vocab) if head_kind == "eagle3" else
                 for_target(new_head(target, draft_vocab=draft_vocab), target))
         out = {}
-        for method in METHODS:
+        for method in COUNTED:
             names = {s.name for s in METHOD_DECLARATIONS.get(method, ())}
             run = generate(target, head if method != "plain" else None, PROMPT, method, chat=False,
                            max_new_tokens=COUNTED_TOKENS, count_ops=True, **{k: v for k, v in tree if k in names})
@@ -167,7 +214,7 @@ def _count(layers: int, grouped: bool, head_kind: str, own_vocab: bool,
 
 
 def pair_ops(pair: ModelPair) -> dict[str, MethodOps]:
-    size = target_size(pair)
+    size = size_of(pair)
     kind, draft_vocab = head_shape(pair)
     grouped = getattr(size, "num_key_value_heads", size.num_attention_heads) < size.num_attention_heads
     return counted_ops(size.num_hidden_layers, grouped, kind, draft_vocab is not None,
@@ -189,7 +236,7 @@ class PairBytes:
 def pair_bytes(pair: ModelPair) -> PairBytes:
     """From the target's config; the head has one decoder layer of the target's widths (EAGLE-3's attention reads
     the embedding and the hidden state side by side, 2H wide)."""
-    size = target_size(pair)
+    size = size_of(pair)
     kind, draft_vocab = head_shape(pair)
     hidden, heads = size.hidden_size, size.num_attention_heads
     kv_heads = getattr(size, "num_key_value_heads", heads)
@@ -208,9 +255,10 @@ def pair_bytes(pair: ModelPair) -> PairBytes:
 
 # -- the projection --------------------------------------------------------------------------------------------
 
-def phase_seconds(nbytes: float, ops: float, gpu: Gpu) -> float:
-    """One phase of a step: reading `nbytes` from memory or launching `ops` operations, whichever takes longer."""
-    return max(nbytes / gpu.bandwidth, ops * LAUNCH_S)
+def phase_seconds(nbytes: float, ops: float, gpu: Gpu, fit: Overheads = FIT) -> float:
+    """One phase of a step: reading `nbytes` from memory or the host issuing `ops` operations, whichever takes
+    longer."""
+    return max(nbytes / (gpu.bandwidth * fit.bandwidth_fraction), ops * fit.launch_s)
 
 
 @dataclass(frozen=True)
@@ -238,6 +286,7 @@ class PairProjection:
     draft_call_s: float  # one draft call (EAGLE-2's)
     prefill_ops: dict[str, float]
     nbytes: PairBytes
+    fit: Overheads
 
     def speedup(self, method: str) -> float:
         return self.methods[method].tokens_per_s / self.methods["plain"].tokens_per_s
@@ -247,15 +296,17 @@ class PairProjection:
 
     def prefill_s(self, method: str) -> float:
         """The prompt's forward: the weights read once (a prompt's tokens go through them together)."""
-        return phase_seconds(self.nbytes.target, self.prefill_ops[method], self.gpu)
+        return phase_seconds(self.nbytes.target, self.prefill_ops[method], self.gpu, self.fit)
 
     def costs(self) -> StepCosts:
         """The cost rule's costs here, in plain steps (ddd.costs.StepCosts): a draft call; a tree forward (with the
-        step's remaining operations) beyond a one-token one; and no cost per verified token, since neither the
-        bytes read nor the operations grow with the tree."""
+        step's remaining operations) beyond a one-token one, less what its tokens add; and each verified token."""
         plain = self.methods["plain"].step_s
         eagle2 = self.methods["eagle2"]
-        return StepCosts(self.draft_call_s / plain, max(eagle2.verify_s + eagle2.other_s - plain, 0.0) / plain, 0.0)
+        per_token = self.fit.token_ops * self.fit.launch_s
+        tokens = self.pair.tree_settings()[TOTAL_TOKENS.name]
+        base = eagle2.verify_s + eagle2.other_s - plain - per_token * (tokens - 1)
+        return StepCosts(self.draft_call_s / plain, max(base, 0.0) / plain, per_token / plain)
 
 
 def ddd_calls(pair: ModelPair) -> int:
@@ -265,19 +316,30 @@ def ddd_calls(pair: ModelPair) -> int:
     return min(checks) if checks != "all" else 1
 
 
-def project(pair: ModelPair, gpu: Gpu) -> PairProjection:
-    ops, nbytes, tau = pair_ops(pair), pair_bytes(pair), TAUS[pair.model]
+def tree_tokens(pair: ModelPair, method: str) -> int:
+    """The tokens a method's step verifies, the root included: EAGLE's static tree, or the dynamic tree's budget."""
+    return {"plain": 1, "eagle": len(EAGLE_TREE) + 1}.get(method, pair.tree_settings()[TOTAL_TOKENS.name])
+
+
+def project(pair: ModelPair, gpu: Gpu, taus: Mapping[str, float] | None = None,
+            fit: Overheads = FIT) -> PairProjection:
+    """`pair` on `gpu`: each method of `taus` (method -> tau; default: the pair's published or measured EAGLE-2 and
+    DDD taus, TAUS) and plain decoding."""
+    ops, nbytes = pair_ops(pair), pair_bytes(pair)
+    taus = {"plain": 1.0, **(taus if taus is not None else TAUS[pair.model].per_method())}
     target = nbytes.target + nbytes.kv_per_token * CONTEXT_TOKENS
-    calls = {"plain": 0, "eagle2": pair.tree_settings()["draft_calls"], "ddd": ddd_calls(pair)}
+    calls = {"plain": 0, "eagle": ops["eagle"].calls, "eagle2": pair.tree_settings()["draft_calls"],
+             "ddd": ddd_calls(pair)}
     methods = {}
-    for method in METHODS:
+    for method, tau in taus.items():
         counted = ops[method]
-        draft = calls[method] * phase_seconds(nbytes.call, counted.per_call, gpu) + (
-            nbytes.root / gpu.bandwidth if calls[method] else 0.0)
-        methods[method] = MethodProjection(method, tau.of(method), draft, phase_seconds(target, counted.verify, gpu),
-                                           counted.other * LAUNCH_S)
-    return PairProjection(pair, gpu, methods, phase_seconds(nbytes.call, ops["eagle2"].per_call, gpu),
-                          {m: ops[m].prefill for m in METHODS}, nbytes)
+        draft = calls[method] * phase_seconds(nbytes.call, counted.per_call, gpu, fit) + (
+            nbytes.root / (gpu.bandwidth * fit.bandwidth_fraction) if calls[method] else 0.0)
+        host = (fit.step_ops + fit.token_ops * (tree_tokens(pair, method) - 1)) if method != "plain" else 0.0
+        methods[method] = MethodProjection(method, tau, draft, phase_seconds(target, counted.verify, gpu, fit),
+                                           (counted.other + host) * fit.launch_s)
+    return PairProjection(pair, gpu, methods, phase_seconds(nbytes.call, ops["eagle2"].per_call, gpu, fit),
+                          {m: ops[m].prefill for m in COUNTED}, nbytes, fit)
 
 
 def zerogpu_costs(run: RunTrace) -> StepCosts | None:
@@ -288,25 +350,34 @@ def zerogpu_costs(run: RunTrace) -> StepCosts | None:
     return project(pair, ZEROGPU).costs() if pair else None
 
 
-def projections(pairs: list[ModelPair] = PAIRS, gpus: tuple[Gpu, ...] = GPUS) -> list[PairProjection]:
-    return [project(pair, gpu) for pair in pairs for gpu in gpus]
+def projections(pairs: list[ModelPair] = PAIRS, gpus: tuple[Gpu, ...] = GPUS,
+                eagle2_tau: float | None = None) -> list[PairProjection]:
+    """Each pair on each card; `eagle2_tau`: every pair's EAGLE-2 tau instead of its own (DDD's scaled as TAUS
+    scales it)."""
+    taus = published(eagle2_tau, "given").per_method() if eagle2_tau else None
+    return [project(pair, gpu, taus) for pair in pairs for gpu in gpus]
 
 
 def table(rows: list[PairProjection]) -> str:
-    """The projection as a Markdown table: per pair and GPU, each method's tokens/s and speedup over plain."""
-    lines = ["| pair | GPU | plain tokens/s | EAGLE-2 tokens/s (speedup) | DDD tokens/s (speedup) |",
+    """The projection as a Markdown table: per pair and GPU, each method's tokens/s and speedup over plain, with
+    the band of the rule's leave-one-out error."""
+    lines = [f"| pair | GPU | plain tokens/s | EAGLE-2 tokens/s (speedup) | DDD tokens/s (speedup) |",
              "|---|---|---:|---:|---:|"]
     for row in rows:
         cells = [readable(row.methods["plain"].tokens_per_s)] + [
-            f"{readable(row.methods[m].tokens_per_s)} ({row.speedup(m):.2f}x)" for m in ("eagle2", "ddd")]
+            f"{readable(row.methods[m].tokens_per_s)} ({readable(row.speedup(m), 2)}x ±{BAND:.0%})"
+            for m in ("eagle2", "ddd")]
         lines.append(f"| {row.pair.label} | {row.gpu.name} | " + " | ".join(cells) + " |")
     return "\n".join(lines)
 
 
-def sources() -> str:
+def sources(gpus: tuple[Gpu, ...] = GPUS) -> str:
     """Every figure the projection rests on, with where it comes from."""
-    lines = [f"- {gpu.name}: {readable(gpu.bandwidth / 1e9)} GB/s ({gpu.source})" for gpu in GPUS]
-    lines.append(f"- launch: {readable(LAUNCH_S * 1e6)} us per operation (assumed)")
+    lines = [f"- {gpu.name}: {readable(gpu.bandwidth / 1e9)} GB/s ({gpu.source})" for gpu in gpus]
+    lines.append(f"- fitted on published measurements (--published): {readable(FIT.launch_s * 1e6)} us per "
+                 f"operation, {FIT.bandwidth_fraction:.0%} of the card's bandwidth, {readable(FIT.step_ops)} "
+                 f"operations of host work per speculative step, {readable(FIT.token_ops)} per verified token; "
+                 f"leave-one-out error within {BAND:.0%}")
     lines.append(f"- context: {CONTEXT_TOKENS} tokens of KV cache per forward (assumed)")
     lines += [f"- {pair.label}: tau EAGLE-2 {TAUS[pair.model].eagle2:.2f}, DDD {TAUS[pair.model].ddd:.2f} "
               f"({TAUS[pair.model].source})" for pair in PAIRS]
@@ -314,15 +385,30 @@ def sources() -> str:
 
 
 def build_parser() -> argparse.ArgumentParser:
-    return argparse.ArgumentParser(prog="python -m ddd.bench.projection", description=__doc__,
-                                   formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser = argparse.ArgumentParser(prog="ddd-projection", description=__doc__,
+                                     formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--bandwidth", type=float, metavar="GB/S",
+                        help="project onto a card reading this many GB/s (its specification) instead of the three")
+    parser.add_argument("--card", default="given card", help="the name --bandwidth's card goes by in the table")
+    parser.add_argument("--tau", type=float, metavar="TAU",
+                        help="every pair's EAGLE-2 accept length (tokens per step, the bonus token included) "
+                             "instead of its published one; DDD's is scaled as for the papers' pairs")
+    parser.add_argument("--published", action="store_true",
+                        help="fit the rule's free parameters on the published GPU measurements and print each "
+                             "figure, projected beside published, with its leave-one-out error (a minute or two)")
+    return parser
 
 
 def main(argv: list[str] | None = None) -> int:
-    build_parser().parse_args(argv)
-    print(table(projections()))
+    args = build_parser().parse_args(argv)
+    if args.published:
+        from ddd.bench.published import report  # published builds on this module
+        print(report())
+        return 0
+    gpus = (Gpu(args.card, args.bandwidth * 1e9, "given on the command line"),) if args.bandwidth else GPUS
+    print(table(projections(gpus=gpus, eagle2_tau=args.tau)))
     print()
-    print(sources())
+    print(sources(gpus))
     return 0
 
 
