@@ -6,7 +6,7 @@ from ddd.numbers import readable
 from ddd.trace import RunTrace, Step
 
 from .race import METHOD_LABELS
-from .tokens import escape
+from .tokens import escape, tamed
 from .verdict import decode_tokens_per_s
 
 LEGEND = ('<span class="tok-draft">accepted draft tokens</span> '
@@ -43,7 +43,7 @@ def answer_html(trace: RunTrace | None, *, upto: int | None = None, current: int
         pieces = []
         for kind, text in split_step(step):
             css = f"tok-{kind}" if shade and speculative else "tok-plain"
-            pieces.append(f'<span class="{css}">{escape(text)}</span>')
+            pieces.append(f'<span class="{css}">{escape(tamed(text))}</span>')
         if pieces:
             parts.append(f'<span class="{classes}" title="step {step.index}">{"".join(pieces)}</span>')
         elif current is not None and step.index == current:  # its bytes complete a character in a later step

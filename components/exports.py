@@ -1,11 +1,13 @@
-"""Race files offered for download: gzipped, in one folder, removed when old or too many.
+"""Race files offered for download: gzipped, in one folder, removed when old, too many or too large in all.
 
-Every finished race is offered as a file, and Gradio copies each file it serves into its own cache; a race at
-the widest tree settings is tens of MB of JSON (docs/app.md, Limits). Without cleanup both folders only grow, so this
-keeps few of its own files and asks Gradio (CACHE_CLEANUP, given to gr.Blocks) to drop its old copies.
+Every finished race is offered as a file, and a saved page carries plotly (about 5 MB). Gradio copies each file it
+serves into its cache unless the file already lies there, so the app keeps this folder inside Gradio's cache
+(explorer/sessions.py): each file is on disk once, and Gradio's own cleanup (CACHE_CLEANUP, given to gr.Blocks)
+removes what it served once it is CACHE_AGE_S old, as this store does with its own files.
 """
 from __future__ import annotations
 
+import os
 import tempfile
 import threading
 import time
@@ -15,18 +17,21 @@ from pathlib import Path
 from .race import Race
 from .static_page import saved_page
 
-# gr.Blocks(delete_cache=...): every 10 minutes Gradio removes the files it cached more than an hour ago
-# (uploads and the copies of files it served), so a visitor has an hour to press Save.
-CACHE_CLEANUP = (600, 3600)
+# How long a served or uploaded file stays (s): a visitor has this long to press a download link. DDD_CACHE_AGE_S
+# shortens it (the disk tests use seconds).
+CACHE_AGE_S = int(os.environ.get("DDD_CACHE_AGE_S") or 1800)
+# gr.Blocks(delete_cache=(frequency, age)): Gradio looks a tenth of the age apart, at least once a minute.
+CACHE_CLEANUP = (max(1, min(60, CACHE_AGE_S // 10)), CACHE_AGE_S)
 
 
 @dataclass
 class ExportStore:
-    """One folder of gzipped race files. Gradio copies a file when it serves it, so a file here is only needed
-    until its callback returns; pruning by age and count bounds the folder whatever sessions do."""
+    """One folder of race files and pages; pruning by age, count and bytes bounds it whatever sessions do (the oldest
+    go first)."""
 
     max_files: int = 32
-    max_age_s: float = 3600.0
+    max_age_s: float = float(CACHE_AGE_S)
+    max_bytes: int = 200 * 2**20  # about 32 pages of a long race
     folder: Path | None = None
     _lock: threading.Lock = field(default_factory=threading.Lock, repr=False)
 
@@ -66,9 +71,14 @@ class ExportStore:
             except FileNotFoundError:
                 continue
         files.sort(reverse=True)
-        now = time.time()
+        now, total = time.time(), 0
         for position, (mtime, path) in enumerate(files):
-            if path != keep and (position >= self.max_files or now - mtime > self.max_age_s):
+            try:
+                total += path.stat().st_size
+            except FileNotFoundError:
+                continue
+            too_much = position >= self.max_files or total > self.max_bytes
+            if path != keep and (too_much or now - mtime > self.max_age_s):
                 path.unlink(missing_ok=True)
 
     def files(self) -> list[Path]:

@@ -28,7 +28,7 @@ from .lesson_reading import (accepted_texts, bonus_words, counted, decode_steps,
                              number_choices, tau_of, varied_threshold, verified_of)
 from .narration import candidates_drafted, why_depth
 from .race import METHOD_LABELS, Race
-from .tokens import markdown_literal
+from .tokens import isolated, markdown_literal
 from .tree import tree_figure
 from .verdict import SMALLEST_CALLED, decode_tokens_per_s, speed_ratio, too_close, verdict
 from .views import source_name
@@ -125,10 +125,10 @@ def build_lesson(race: Race, example: str, gpu: StepCosts | None, whatif: bool =
     intro = (f"Seven short chapters on speculative decoding, each with one question to answer before the page "
              f"says why. Every figure and number comes from one recorded race: the model "
              f"{markdown_literal(source_name(plain.model))} ({markdown_literal(plain.precision)} on "
-             f"{markdown_literal(plain.device)}) answering “{markdown_literal(race.prompt)}” five ways.")
+             f"{markdown_literal(plain.device)}) answering “{markdown_literal(isolated(race.prompt))}” five ways.")
     chapters = (_slow(race), _draft_verify(race), _trees(race, speeds), _eagle2(race), _ddd(race), _cost(race, gpu),
                 _honest(race, result, example, whatif))
-    return Lesson(f"Lesson: how speculative decoding works ({markdown_literal(race.title or example)})",
+    return Lesson(f"Lesson: how speculative decoding works ({markdown_literal(isolated(race.title or example))})",
                   intro, chapters)
 
 

@@ -17,7 +17,7 @@ from .answer import answer_html, counters_html
 from .charts import SUMMARY_HEADERS, depth_figure, summary_rows, timeline_figure
 from .narration import narrate
 from .race import COLUMN_METHODS, METHOD_LABELS, RACE_METHODS, TREE_METHODS, Race
-from .tokens import escape
+from .tokens import escape, isolated
 from .tree import tree_figure
 from .verdict import headline_html
 
@@ -108,15 +108,15 @@ def race_info(race: Race | None) -> str:
     mode = "greedy" if not sampling.get("temperature") else escape(
         f"sampling (temperature {sampling.get('temperature')}, top-p {sampling.get('top_p')}, "
         f"seed {sampling.get('seed')})")
-    title = f"<b>{escape(race.title)}</b> · " if race.title else ""
-    parts = [f"{title}Prompt: “{escape(race.prompt[:300])}”",
-             f"Model {escape(source_name(any_trace.model))} ({escape(any_trace.precision)}, {escape(any_trace.device)}), "
-             f"head: {escape(source_name(any_trace.head))}, {mode}."]
+    title = f"<b>{escape(isolated(race.title))}</b> · " if race.title else ""
+    parts = [f"{title}Prompt: “{escape(isolated(race.prompt[:300]))}”",
+             f"Model {escape(isolated(source_name(any_trace.model)))} ({escape(any_trace.precision)}, "
+             f"{escape(isolated(any_trace.device))}), head: {escape(isolated(source_name(any_trace.head)))}, {mode}."]
     for method in race.methods:
         if METHOD_DECLARATIONS.get(method):
             parts.append(escape(f"{METHOD_LABELS[method]}: {settings_words(race.traces[method])}."))
     if race.note:
-        parts.append(escape(race.note))
+        parts.append(escape(isolated(race.note)))
     return "<br>".join(parts)
 
 

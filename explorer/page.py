@@ -135,8 +135,13 @@ def _wire_viewing(demo: gr.Blocks, ui: Ui, viewer: Viewer, lesson: LessonPanel) 
     opened.then(viewer.load_example, [ui["example"], *view_inputs], race_outputs, api_name="open_example")
     ui["example"].input(viewer.load_example, [ui["example"], *view_inputs], race_outputs, api_name=False)
     ui["upload"].upload(viewer.load_file, [ui["upload"], *view_inputs], race_outputs, api_name="load_file")
-    ui["save_page"].click(viewer.save_page, ui["session"], ui["page"], api_name="save_page", concurrency_id="page",
-                          concurrency_limit=1)
+    ui["save_page"].click(viewer.save_page, ui["session"], ui.of(["page", "message"]), api_name="save_page",
+                          concurrency_id="page", concurrency_limit=1)
+
+    def closed(request: gr.Request) -> None:
+        viewer.sessions.closed_tab(request.session_hash)
+
+    demo.unload(closed)
     ui["shade"].input(viewer.reshade, ui.of(["shade", "slider", "session"]),
                       ui.of([*COLUMNS, *(f"txt_{m}" for m in TREE_METHODS)]), api_name=False)
     # .change, not .input: a loaded race with the cost rule's run switches it on too.

@@ -2,9 +2,11 @@
 {component: value} for the components it changes."""
 from __future__ import annotations
 
+from pathlib import Path
 from typing import Any
 
 import gradio as gr
+from gradio.utils import get_upload_folder, is_in_or_equal
 
 from components import RaceFileError, load_race
 from components.answer import answer_html
@@ -66,12 +68,11 @@ class Viewer:
             ui[COST_SWITCH]: has_cost if has_cost or loaded else gr.skip(),
         }
 
-    def save_page(self, session: Session | None) -> dict:
-        """The session's race as a page of its own, offered for download."""
-        path = self.sessions.export_page(session) if session else None
-        if path is None:
-            warn("There is no race to save yet: run one or pick an example.")
-        return gr.update(value=path, visible=path is not None)
+    def save_page(self, session: Session | None, request: gr.Request) -> dict:
+        """The session's race as a page of its own, offered for download; or the message line says why not."""
+        saved = self.sessions.export_page(session or Session(), request.session_hash if request else None)
+        return {self.ui["page"]: gr.update(value=saved.path, visible=saved.path is not None),
+                self.ui["message"]: message(saved.note, "note")}
 
     def _step_values(self, view) -> dict:
         values = [*(view.texts[m] for m in TREE_METHODS), *(view.trees[m] for m in TREE_METHODS), view.narration,
@@ -104,6 +105,10 @@ class Viewer:
             session.race, session.source = load_race(file), None
         except RaceFileError as err:
             return self.show_race(session, shade, mode, f"Could not load that file: {err}", "error")
+        finally:
+            # Read once, never served back: an upload leaves Gradio's cache now rather than at its age.
+            if is_in_or_equal(file, get_upload_folder()):
+                Path(file).unlink(missing_ok=True)
         return self.show_race(session, shade, mode, loaded=True)
 
     def reshade(self, shade: bool, index: float | None, session: Session | None) -> dict:

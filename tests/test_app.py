@@ -241,7 +241,7 @@ def test_closing_a_tab_stops_its_race_and_removes_its_files_and_page(page, tmp_p
     sessions = Sessions(ExportStore(folder=tmp_path))
     session = Session()
     race_frames(page, "the cat sat", session)
-    saved, shared = sessions.export(session), sessions.export_page(session)
+    saved, shared = sessions.export(session), sessions.export_page(session).path
     assert saved and shared.endswith(".html") and (tmp_path / saved.split("/")[-1]).exists()
     assert session.race.title in Path(shared).read_text(encoding="utf-8")  # the race's own page
     session.busy = True  # as if a race were still decoding
