@@ -27,8 +27,10 @@ from ddd.settings import PRECISIONS
 from ddd.shipped import shipped
 from explorer.deploy import export_space_cli, space_race
 from explorer.examples import ExampleShelf, record_examples
+from explorer.machine import pick_cpu_preset
 from explorer.models import CPU_PRECISION, ModelChoice, ModelConfig, Models
 from explorer.page import build_page
+from explorer.presets import MEASURED, PRESET_NAMES
 from explorer.racing import time_start_up, zero_gpu
 
 EXAMPLES_DIR = Path(os.environ.get("DDD_EXAMPLES") or shipped("examples"))
@@ -50,6 +52,9 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     parser.add_argument("--dtype", default=os.environ.get("DDD_DTYPE"), choices=PRECISIONS,
                         help=f"starting precision (default: float16 on a GPU, {CPU_PRECISION} on a CPU); "
                              "the Settings panel can switch it")
+    parser.add_argument("--preset", default=os.environ.get("DDD_PRESET"), choices=PRESET_NAMES,
+                        help="the tree settings the page opens on (default: on a CPU, this machine's pick, measured "
+                             "once at the first start and kept in DDD_CACHE; on a GPU, the papers')")
     parser.add_argument("--host", default=os.environ.get("GRADIO_SERVER_NAME", "127.0.0.1"))
     parser.add_argument("--port", type=int, default=int(os.environ.get("GRADIO_SERVER_PORT", "7860")))
     parser.add_argument("--record-examples", nargs="*", metavar="STEM",
@@ -92,7 +97,9 @@ def main(argv: list[str] | None = None) -> None:
         record_examples(Models(config), EXAMPLES_DIR, only=args.record_examples)
         return
     models, others = zero_gpu_models(config) if zero_gpu() else (local_models(config), [])
-    page = build_page(models, ExampleShelf(EXAMPLES_DIR))
+    if models.loaded and models.device() == "cpu" and not zero_gpu() and args.preset in (None, MEASURED):
+        pick_cpu_preset(models)
+    page = build_page(models, ExampleShelf(EXAMPLES_DIR), preset=args.preset)
     if page.runner.gpu is not None and models.loaded:  # on ZeroGPU: a race asks for what it will take (explorer.gputime)
         time_start_up(models, page.runner.race, page.runner.measure, page.runner.gpu, [None, *others])
     page.demo.launch(server_name=args.host, server_port=args.port, css=CSS, allowed_paths=[str(EXAMPLES_DIR)],

@@ -18,7 +18,7 @@ from ddd.settings import MAX_NEW_TOKENS, METHOD_DECLARATIONS, Setting
 from .examples import EXAMPLE_PROMPTS
 from .gputime import SpaceRace
 from .lesson import place as place_lesson
-from .presets import PRESET_NAMES, PRESETS, widget_values
+from .presets import PRESET_NAMES, Opening, widget_values
 
 INTRO = """# DDD Explorer
 **What you are seeing:** one model answers your prompt three ways (four with the cost rule, switched on in Settings).
@@ -65,7 +65,7 @@ class Ui(dict):
         return {names[id(c)]: v for c, v in values.items()}
 
 
-def layout(examples: list[str], precisions: list[str], precision: str, preset: str, model_info: str,
+def layout(examples: list[str], precisions: list[str], precision: str, preset: Opening, model_info: str,
            menu: list[str], chosen: str | None, menu_on: bool, typed: bool, new_session, close_session,
            space: SpaceRace | None = None, quick: SpaceRace | None = None, start_up: str = "") -> Ui:
     """Place every component (inside an open gr.Blocks). `space`: on a ZeroGPU Space, its default race (the intro
@@ -121,7 +121,7 @@ def layout(examples: list[str], precisions: list[str], precision: str, preset: s
     return ui
 
 
-def _settings(ui: Ui, precisions: list[str], precision: str, preset_name: str, model_info: str,
+def _settings(ui: Ui, precisions: list[str], precision: str, opening: Opening, model_info: str,
               menu: list[str], chosen: str | None, menu_on: bool, typed: bool, new_tokens: int | None) -> None:
     ui["model_info"] = gr.Markdown(model_info, elem_id="model-info")
     with gr.Row(visible=menu_on):
@@ -137,8 +137,9 @@ def _settings(ui: Ui, precisions: list[str], precision: str, preset_name: str, m
             ui[setting.name] = widget(setting, start)
         ui["precision"] = gr.Radio(precisions, value=precision, label="precision (target and head, every method)",
                                    info=PRECISION_INFO, min_width=2 * WIDGET_WIDTH)
-    preset = widget_values(PRESETS[preset_name])
-    ui["preset"] = gr.Radio(PRESET_NAMES, value=preset_name, label="preset for the settings below")
+    preset = widget_values(opening.values)
+    ui["preset"] = gr.Radio(PRESET_NAMES, value=opening.name, label="preset for the settings below",
+                            info=opening.why or None, elem_id="preset")
     shared = METHOD_DECLARATIONS[TREE_COLUMNS[0]]  # EAGLE-2's settings, then what only DDD has, then the cost rule's
     raced = {s for m in TREE_COLUMNS if m in RACE_METHODS for s in METHOD_DECLARATIONS[m]}
     with gr.Row():

@@ -21,7 +21,7 @@ from .gputime import GpuTime, call_start_s, space_races
 from .layout import COLUMNS, COST_PARTS, RACE_OUTPUTS, SETTINGS, STEP_OUTPUTS, Ui, layout
 from .lesson import LINK_OUTPUTS, LessonPanel, wire as wire_lesson
 from .models import ModelChoice, Models
-from .presets import PRESET_FIELDS, default_preset
+from .presets import PRESET_FIELDS, opening_preset
 from .racing import device_measure, device_race, zero_gpu
 from .running import Runner
 from .sessions import Session, Sessions
@@ -95,7 +95,8 @@ class Page:
     lesson: LessonPanel
 
 
-def build_page(models: Models, shelf: ExampleShelf, sessions: Sessions | None = None) -> Page:
+def build_page(models: Models, shelf: ExampleShelf, sessions: Sessions | None = None, preset: str | None = None) -> Page:
+    """The page over `models`; `preset`: the tree settings it opens on (explorer.presets.opening_preset)."""
     sessions = sessions or Sessions()
     # On ZeroGPU: each held pair's default race as the GPU projection has it, until this Space times one; the intro
     # says why the Space opens on its own pair, beside the small default pair (the quick one) where it holds both.
@@ -104,7 +105,7 @@ def build_page(models: Models, shelf: ExampleShelf, sessions: Sessions | None = 
     with CheckedBlocks(title="DDD Explorer", delete_cache=CACHE_CLEANUP) as demo:
         items = menu_items(models)
         ui = layout(list(shelf.files()), models.precisions(), models.default_precision(),
-                    default_preset(models.device()), models.describe(), items.labels, items.chosen, items.shown,
+                    opening_preset(models, preset), models.describe(), items.labels, items.chosen, items.shown,
                     items.typed, Session, sessions.close, races.get(own), races.get(small) if small != own else None,
                     start_up_html(models))
         place_whatif(ui)  # under the race, the page's last part

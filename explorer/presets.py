@@ -3,13 +3,17 @@ settings' declared names (ddd.settings; components.inputs.TREE_SETTINGS lists th
 from __future__ import annotations
 
 from collections.abc import Mapping
-from typing import Any
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any
 
 from components.inputs import TREE_COLUMNS, TREE_NAMES, TREE_SETTINGS
 from components.race import RACE_METHODS
 from ddd.bench.budget import BudgetReport
 from ddd.settings import COST_SETTINGS, METHOD_DECLARATIONS, PIN_COSTS, Setting
 from ddd.turns import Entry
+
+if TYPE_CHECKING:
+    from .models import Models
 
 # The papers' values (the declared defaults) suit 7B targets on a GPU, where verifying 60 tokens costs about
 # what one token costs. On a CPU verification grows with the tree; the CPU preset verifies a few more tokens
@@ -29,8 +33,23 @@ PRESET_NAMES = [*PRESETS, MEASURED]
 PRESET_FIELDS = TREE_NAMES
 
 
-def default_preset(device: str) -> str:
-    return GPU_PRESET if device.startswith("cuda") else CPU_PRESET
+@dataclass(frozen=True)
+class Opening:
+    """The preset a page opens on, its values, and why it was picked (the panel's note)."""
+    name: str
+    values: Mapping[str, Any]
+    why: str = ""
+
+
+def opening_preset(models: "Models", asked: str | None = None) -> Opening:
+    """The preset named on the command line, else: on a GPU the papers'; on a CPU this machine's pick where it was
+    measured (explorer.machine), else the fixed CPU preset."""
+    measured = models.measured.get(models.key(None))
+    if asked is None:
+        asked = GPU_PRESET if models.device().startswith("cuda") else MEASURED if measured else CPU_PRESET
+    if asked == MEASURED and measured:
+        return Opening(MEASURED, measured, f"This machine's pick: {measured['summary']}.")
+    return Opening(asked if asked in PRESETS else CPU_PRESET, PRESETS.get(asked, PRESETS[CPU_PRESET]))
 
 
 def widget_values(preset: Mapping[str, Any]) -> dict[str, Any]:

@@ -8,6 +8,7 @@ from pathlib import Path
 
 import pytest
 
+from explorer.presets import CPU_PRESET
 from tests.tiny import fit_eagle3_head, fit_head, load_tiny, save_tiny_model
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -77,7 +78,7 @@ class AppServer:
         full_env = {**os.environ, "OMP_NUM_THREADS": "1", "GRADIO_ANALYTICS_ENABLED": "False", **(env or {})}
         self.proc = subprocess.Popen(
             [sys.executable, str(ROOT / "app.py"), "--model", str(model_dir), "--head", str(head_dir),
-             "--host", "127.0.0.1", "--port", str(self.port)],
+             "--preset", CPU_PRESET, "--host", "127.0.0.1", "--port", str(self.port)],
             cwd=ROOT, env=full_env, stdout=log.open("w"), stderr=subprocess.STDOUT)
 
     def wait(self, timeout: float = 120) -> "AppServer":

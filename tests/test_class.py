@@ -23,6 +23,7 @@ import pytest
 from components.lesson import TITLES
 from ddd import new_head, save_head
 from explorer.deploy import export_space
+from explorer.presets import CPU_PRESET
 from explorer.layout import RACE_OUTPUTS
 from tests.conftest import AppServer, free_port
 from tests.test_zerogpu_browser import ZeroGpuSpace
@@ -48,7 +49,7 @@ class CpuSpace(AppServer):
         env = {**os.environ, "HF_HUB_OFFLINE": "1", "GRADIO_ANALYTICS_ENABLED": "False"}
         self.proc = subprocess.Popen(
             [sys.executable, "app.py", "--model", str(model_dir), "--head", str(head_dir), "--dtype", "float32",
-             "--host", "127.0.0.1", "--port", str(self.port)],
+             "--preset", CPU_PRESET, "--host", "127.0.0.1", "--port", str(self.port)],
             cwd=folder, env=env, stdout=self.log.open("w"), stderr=subprocess.STDOUT)
 
 

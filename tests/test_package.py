@@ -16,6 +16,7 @@ from pathlib import Path
 
 import pytest
 
+from explorer.presets import CPU_PRESET
 from tests.conftest import ROOT, free_port
 
 PROJECT = tomllib.loads((ROOT / "pyproject.toml").read_text())["project"]
@@ -139,8 +140,8 @@ def test_the_installed_app_starts_offline(installed):
     venv, work, env, _ = installed
     port = free_port()
     log = work / "app.log"
-    proc = subprocess.Popen([venv / "bin" / "ddd-explorer", "--port", str(port)], cwd=work, env=env,
-                            stdout=log.open("w"), stderr=subprocess.STDOUT)
+    proc = subprocess.Popen([venv / "bin" / "ddd-explorer", "--port", str(port), "--preset", CPU_PRESET], cwd=work,
+                            env=env, stdout=log.open("w"), stderr=subprocess.STDOUT)
     try:
         deadline = time.monotonic() + 300
         while True:
