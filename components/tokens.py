@@ -63,8 +63,9 @@ def quoted(text: str) -> str:
 
 
 def markdown_literal(text: str) -> str:
-    """`text` HTML-escaped and Markdown-escaped, so that Markdown shows it as it is."""
-    return "".join("\\" + ch if ch in _MARKDOWN else ch for ch in escape(text))
+    """`text` HTML-escaped and Markdown-escaped, so that Markdown shows it as it is. Quotes stay as they are: text is no
+    attribute, and Gradio's Markdown would show their entities (&#x27;) as written."""
+    return "".join("\\" + ch if ch in _MARKDOWN else ch for ch in html.escape(text, quote=False))
 
 
 def escape(text: str) -> str:

@@ -21,6 +21,7 @@ from ddd.settings import THRESHOLD
 
 from .examples import ExampleShelf
 
+MOST_CHOICES = 4  # the choices of a chapter's question, at most (components/lesson.py)
 OPEN_LABEL = "New to speculative decoding? Take the lesson: seven short chapters"
 HANDOUT_NAME = "ddd-explorer-lesson.html"
 CHAPTER_OUTPUTS = ["lesson_text", "lesson_figure", "lesson_ask", "lesson_answer", "lesson_reply", "lesson_try",
@@ -40,7 +41,9 @@ def place(ui: dict) -> None:
         ui["lesson_text"] = gr.Markdown(elem_id="lesson-text")
         ui["lesson_figure"] = gr.Plot(show_label=False, elem_id="lesson-figure")
         ui["lesson_ask"] = gr.Markdown(elem_id="lesson-ask")
-        ui["lesson_answer"] = gr.Radio([], label="Your answer (the page then says why)", elem_id="lesson-answer")
+        # A chapter sets its question's choices; these, its choices' indices, are what the API page lists.
+        ui["lesson_answer"] = gr.Radio([(f"choice {i + 1}", i) for i in range(MOST_CHOICES)],
+                                       label="Your answer (the page then says why)", elem_id="lesson-answer")
         ui["lesson_reply"] = gr.Markdown(elem_id="lesson-reply")
         ui["lesson_try"] = gr.Markdown(visible=False, elem_id="lesson-try")
         with gr.Row():
@@ -145,7 +148,7 @@ class LessonPanel:
         return question.reply(choice) if 0 <= choice < len(question.choices) else gr.skip()
 
     def move(self, number: Any, step: int) -> Any:
-        return min(max(_number(number) + step, 1), len(TITLES))
+        return min(max((_number(number) or 1) + step, 1), len(TITLES))
 
     def from_link(self, request: gr.Request) -> dict:
         """The page opened by a link: ?chapter=N opens the lesson there; ?example=STEM shows that example with its
@@ -155,7 +158,7 @@ class LessonPanel:
         out: dict = {ui[n]: gr.skip() for n in LINK_OUTPUTS}
         if "chapter" in query:
             asked = query["chapter"]
-            known = str(_number(asked)) == str(asked).strip()
+            known = _number(asked) is not None
             out.update(self._show(asked, "" if known else
                                   f"This lesson has no chapter {markdown_literal(excerpt(str(asked), 40))}: its chapters "
                                   f"are 1 to {len(TITLES)}, and here is chapter 1."))
@@ -174,17 +177,18 @@ class LessonPanel:
         return out
 
 
-def _number(value: Any) -> int:
-    """A chapter's number from a link or a widget; chapter 1 for anything else."""
+def _number(value: Any) -> int | None:
+    """A chapter's number from a link, a widget or an API call, 3, 3.0 and "3" alike; None for anything else."""
     try:
-        number = int(str(value).strip())
+        number = float(str(value).strip())
     except ValueError:
-        return 1
-    return number if 1 <= number <= len(TITLES) else 1
+        return None
+    return int(number) if number.is_integer() and 1 <= number <= len(TITLES) else None
 
 
 def _chapter(lesson: Lesson, value: Any) -> Chapter:
-    return lesson.chapters[_number(value) - 1]
+    """Chapter `value`, or the first where there is no such chapter (a link says so: from_link)."""
+    return lesson.chapters[(_number(value) or 1) - 1]
 
 
 def _float(value: Any) -> float | None:

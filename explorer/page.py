@@ -5,7 +5,10 @@ from dataclasses import dataclass
 from typing import Any
 
 import gradio as gr
+from fastapi import Request
+from fastapi.responses import JSONResponse
 from gradio.processing_utils import get_upload_folder
+from gradio.route_utils import FnIndexInferError
 from gradio.utils import is_in_or_equal
 from gradio_client.utils import is_http_url_like
 
@@ -47,8 +50,17 @@ class CheckedBlocks(gr.Blocks):
             raise gr.Error(f"{_endpoint(block_fn)} takes {len(block_fn.inputs)} values, in this order: {names}; this "
                            f"call sent {len(inputs)}.")
 
+    def launch(self, *args: Any, **kwargs: Any) -> Any:
+        """Launched as gr.Blocks is, with a sentence for a route or an endpoint that does not exist (404)."""
+        app_kwargs = dict(kwargs.pop("app_kwargs", None) or {})
+        app_kwargs["exception_handlers"] = {**app_kwargs.get("exception_handlers", {}), 404: _not_found,
+                                            FnIndexInferError: _no_endpoint}
+        return super().launch(*args, app_kwargs=app_kwargs, **kwargs)
+
     async def preprocess_data(self, block_fn: Any, inputs: list[Any], state: Any, explicit_call: bool = False) -> Any:
         self.validate_inputs(block_fn, inputs)
+        inputs = [*(_as_choice(block, value) for block, value in zip(block_fn.inputs, inputs)),
+                  *inputs[len(block_fn.inputs):]]
         for block, value in zip(block_fn.inputs, inputs):
             if isinstance(block, (gr.UploadButton, gr.File)) and value is not None:
                 _check_upload(value, _endpoint(block_fn))
@@ -59,6 +71,32 @@ class CheckedBlocks(gr.Blocks):
         except Exception as err:  # noqa: BLE001 - whatever Gradio raised on a value it could not read
             raise gr.Error(f"{_endpoint(block_fn)} could not read the values it was sent ({type(err).__name__}): "
                            "see the API page for what each one takes.") from None
+
+
+async def _not_found(request: Request, err: Exception) -> JSONResponse:
+    detail = getattr(err, "detail", None)
+    if detail in (None, "Not Found"):  # Starlette's words for a route it does not have
+        detail = (f"This app has nothing at {request.url.path}: its page is / and its API endpoints are listed at "
+                  "/?view=api.")
+    return JSONResponse({"detail": detail}, status_code=404)
+
+
+async def _no_endpoint(request: Request, err: Exception) -> JSONResponse:
+    return JSONResponse({"detail": f"This app has no endpoint at {request.url.path}: its API endpoints are listed at "
+                                   "/?view=api."}, status_code=404)
+
+
+def _as_choice(block: Any, value: Any) -> Any:
+    """A radio's value as its choices hold it: a chapter the API page lists as 3 may come as "3" (or 3.0)."""
+    if not isinstance(block, gr.Radio) or not isinstance(value, str):
+        return value
+    for _, choice in block.choices:
+        try:
+            if not isinstance(choice, (bool, str)) and float(value) == choice:
+                return choice
+        except ValueError:
+            return value
+    return value
 
 
 def _endpoint(block_fn: Any) -> str:
