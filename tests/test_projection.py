@@ -41,7 +41,7 @@ def test_a_phase_that_launches_more_than_it_reads_takes_its_operations_times_the
 
 @pytest.mark.slow
 def test_the_declared_fit_and_band_are_the_fit_on_the_published_figures_and_the_docs_hold_its_table(checked):
-    """`python -m ddd.bench.projection --published` prints the table docs/results.md holds."""
+    """`python -m ddd.bench.published` prints the table docs/results.md holds."""
     fitted = fit()
     for name in ("launch_s", "bandwidth_fraction", "step_ops", "token_ops"):
         assert getattr(fitted, name) == pytest.approx(getattr(FIT, name), rel=2e-3), name
@@ -67,7 +67,7 @@ def test_a_projected_figure_carries_the_band():
 
 def test_the_cli_takes_a_cards_bandwidth_and_a_tau(capsys):
     usage = build_parser().format_help()
-    assert "--bandwidth" in usage and "--tau" in usage and "--published" in usage
+    assert "--bandwidth" in usage and "--tau" in usage
     projection.main(["--bandwidth", "936", "--card", "RTX 3090", "--tau", "4.35"])
     out = capsys.readouterr().out
     assert "| RTX 3090 |" in out and "936 GB/s (given on the command line)" in out and "A40" not in out

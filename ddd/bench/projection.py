@@ -1,8 +1,8 @@
 """What each model pair the app offers would decode at on three GPUs: ZeroGPU's, the DDD paper's A40 and an H100.
 
 `python -m ddd.bench.projection` prints the table (docs/results.md, "GPU projection", has it with every source);
-`--bandwidth` and `--tau` project onto another card or accept length, `--published` checks the rule against the
-published GPU measurements it is fitted on (ddd/bench/published.py).
+`--bandwidth` and `--tau` project onto another card or accept length. `python -m ddd.bench.published` fits the rule
+on the published GPU measurements and checks it against each of them.
 
 A decoding step on a GPU at batch 1 is bound either by reading memory or by the host issuing its operations one by
 one (ddd/ops.py): each phase of a step takes the longer of the two,
@@ -79,7 +79,7 @@ class Overheads:
     token_ops: float  # the host's work per verified token beyond the root, in operations
 
 
-# `python -m ddd.bench.projection --published` fits these (the least squares of the log errors over every published
+# `python -m ddd.bench.published` fits these (the least squares of the log errors over every published
 # figure, ddd/bench/published.py); tests/test_projection.py fits them again and checks they are these.
 FIT = Overheads(launch_s=22.34e-6, bandwidth_fraction=0.4342, step_ops=552.2, token_ops=8.987)
 # The largest leave-one-out error of that fit (each figure projected by the rule fitted on the others): the band
@@ -374,7 +374,7 @@ def table(rows: list[PairProjection]) -> str:
 def sources(gpus: tuple[Gpu, ...] = GPUS) -> str:
     """Every figure the projection rests on, with where it comes from."""
     lines = [f"- {gpu.name}: {readable(gpu.bandwidth / 1e9)} GB/s ({gpu.source})" for gpu in gpus]
-    lines.append(f"- fitted on published measurements (--published): {readable(FIT.launch_s * 1e6)} us per "
+    lines.append(f"- fitted on published measurements (python -m ddd.bench.published): {readable(FIT.launch_s * 1e6)} us per "
                  f"operation, {FIT.bandwidth_fraction:.0%} of the card's bandwidth, {readable(FIT.step_ops)} "
                  f"operations of host work per speculative step, {readable(FIT.token_ops)} per verified token; "
                  f"leave-one-out error within {BAND:.0%}")
@@ -393,18 +393,11 @@ def build_parser() -> argparse.ArgumentParser:
     parser.add_argument("--tau", type=float, metavar="TAU",
                         help="every pair's EAGLE-2 accept length (tokens per step, the bonus token included) "
                              "instead of its published one; DDD's is scaled as for the papers' pairs")
-    parser.add_argument("--published", action="store_true",
-                        help="fit the rule's free parameters on the published GPU measurements and print each "
-                             "figure, projected beside published, with its leave-one-out error (a minute or two)")
     return parser
 
 
 def main(argv: list[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
-    if args.published:
-        from ddd.bench.published import report  # published builds on this module
-        print(report())
-        return 0
     gpus = (Gpu(args.card, args.bandwidth * 1e9, "given on the command line"),) if args.bandwidth else GPUS
     print(table(projections(gpus=gpus, eagle2_tau=args.tau)))
     print()

@@ -4,7 +4,7 @@ on them and checked against them.
 Each figure names its card, target and mean accept length (tau), and its benchmark and temperature where its source
 names them. The projection's free parameters (projection.Overheads) are fitted on all of them (`fit`), and each is
 checked by the rule fitted on the others (`leave_one_out`): docs/results.md, "The projection against published
-measurements", has the table `python -m ddd.bench.projection --published` prints. Figures from compiled decoding
+measurements", has the table `python -m ddd.bench.published` prints (two minutes or so). Figures from compiled decoding
 (gpt-fast, CUDA graphs) and figures that name no card or no tau are listed (NOT_FITTED) but not fitted: the rule
 models eager PyTorch.
 """
@@ -175,7 +175,7 @@ def table(checked: list[Checked]) -> str:
 
 
 def report() -> str:
-    """The fit, every figure checked, the band and the figures left out: what `--published` prints."""
+    """The fit, every figure checked, the band and the figures left out."""
     checked = leave_one_out()
     whole = fit()
     lines = [table(checked), "",
@@ -185,3 +185,12 @@ def report() -> str:
     lines += [f"- {g.name}: {readable(g.bandwidth / 1e9)} GB/s ({g.source})" for g in (RTX3090, A100)]
     lines += ["", "Not fitted:"] + [f"- {line}" for line in NOT_FITTED]
     return "\n".join(lines)
+
+
+def main() -> int:
+    print(report())
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
