@@ -170,6 +170,7 @@ def test_without_the_spaces_package_the_race_runs_in_this_process():
         assert on_device(fn, 60) is fn
 
 
+@pytest.mark.slow
 def test_full_race_over_http(app_server):
     from gradio_client import Client
 
@@ -222,6 +223,7 @@ def test_a_broken_head_file_gives_its_message(tiny_llama_dir, llama, tmp_path, k
     assert session.race is None and not session.busy
 
 
+@pytest.mark.slow
 def test_a_random_eagle3_head_for_the_default_model_races_losslessly(tmp_path):
     from ddd import load_target, new_eagle3_head
 

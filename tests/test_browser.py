@@ -29,8 +29,8 @@ FLAGS = ["--headless", "--no-sandbox", "--disable-gpu", "--disable-background-ne
 TRAMPOLINE = ("import os, sys; r, w = int(sys.argv[1]), int(sys.argv[2]); os.dup2(r, 3); os.dup2(w, 4); "
               "os.close(r); os.close(w); os.execv(sys.argv[3], sys.argv[3:])")
 
-pytestmark = pytest.mark.skipif(not CHROMIUM.exists(), reason="needs Debian's chromium at /usr/bin/chromium "
-                                "(apt-get install -y chromium)")
+pytestmark = [pytest.mark.slow, pytest.mark.skipif(not CHROMIUM.exists(), reason="needs Debian's chromium at "
+                                                   "/usr/bin/chromium (apt-get install -y chromium)")]
 
 
 class Browser:

@@ -130,6 +130,7 @@ def default_eagle3_dir(tmp_path_factory):
     return save_head(new_eagle3_head(load_target()), tmp_path_factory.mktemp("eagle3-default"))
 
 
+@pytest.mark.slow
 def test_a_random_eagle3_head_for_the_default_model_decodes_losslessly(default_eagle3_dir, tmp_path, capsys):
     from ddd import RunTrace
 

@@ -11,6 +11,8 @@ from transformers import DynamicCache
 from ddd import encode_prompt, generate, load_target, resolve_head
 from ddd.models import write_in_place
 
+pytestmark = pytest.mark.slow  # the default model: a load and real decoding, tens of seconds
+
 # Two prompts (a question and code): every method's greedy text on the default model, in float32 (about a minute);
 # tests/test_hf_generate.py decodes others through generate(), and the int8 and bfloat16 runs below one more.
 PROMPTS = [

@@ -56,6 +56,7 @@ def test_a_three_method_file_after_a_four_method_one_switches_the_fourth_column_
 
 
 @pytest.mark.skipif(not CHROMIUM.exists(), reason="needs Debian's chromium at /usr/bin/chromium")
+@pytest.mark.slow
 def test_switching_the_fourth_column_on_races_four_methods_in_the_page(app_server, tmp_path):
     browser = Browser(tmp_path / "profile")
     try:

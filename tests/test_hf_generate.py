@@ -172,6 +172,7 @@ def default_model():
     return load_target()
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("method", METHODS[1:])
 def test_the_default_model_and_its_shipped_head_decode_as_plain_generate(default_model, method):
     """head=None picks the shipped head for the default model. As in tests/test_default_model.py, a difference

@@ -269,6 +269,7 @@ def api_cases(tmp_path: Path) -> list[tuple[str, str, tuple]]:
     return cases
 
 
+@pytest.mark.slow
 def test_over_a_hundred_bad_inputs_over_http_then_a_normal_race(app_server, tmp_path):
     from gradio_client import Client
 
