@@ -100,7 +100,8 @@ def main(argv: list[str] | None = None) -> None:
     if models.loaded and models.device() == "cpu" and not zero_gpu() and args.preset in (None, MEASURED):
         pick_cpu_preset(models)
     page = build_page(models, ExampleShelf(EXAMPLES_DIR), preset=args.preset)
-    if page.runner.gpu is not None and models.loaded:  # on ZeroGPU: a race asks for what it will take (explorer.gputime)
+    # On ZeroGPU: a race asks for what it will take (explorer.gputime), timed on each pair that loaded.
+    if page.runner.gpu is not None and models.loaded:
         time_start_up(models, page.runner.race, page.runner.measure, page.runner.gpu, [None, *others])
     page.demo.launch(server_name=args.host, server_port=args.port, css=CSS, allowed_paths=[str(EXAMPLES_DIR)],
                      max_file_size=LIMITS.file_bytes, theme=gr.themes.Soft(**THEME).set(**THEME_TEXT))

@@ -323,7 +323,8 @@ class Models:
             if own is None:
                 return
             own.pinned = True
-            for choice in (c for c in extra if self.source(c) not in self._failed):  # those _start tried have their line
+            # Those _start tried and could not load have their line in the log already.
+            for choice in (c for c in extra if self.source(c) not in self._failed):
                 key = self.key(choice, self.pinned)
                 entry = self._loaded.get(key)
                 try:

@@ -3,12 +3,12 @@ cache under HF_HOME): the same file names, weight formats, tokenizer files, conf
 repositories, with tiny random weights (docs/deploy.md, "The build, rehearsed").
 
 Where each listing comes from:
-- lmsys/vicuna-7b-v1.3: a LLaMA-1-era repository. Its tokenizer is a SentencePiece `tokenizer.model` with
-  `tokenizer_config.json` and `special_tokens_map.json` and no `tokenizer.json` (the failure reproduced on such a folder,
-  issue 63); its weights are `pytorch_model-0000N-of-00002.bin` with `pytorch_model.bin.index.json`, as the LLaMA-era
-  repositories that predate safetensors ship them, beside `config.json` and `generation_config.json`. The hub's file
-  listing itself could not be read from here (no network; no search result quotes it), so the head layouts below are
-  both covered, and `tests/test_hub_replicas.py` loads the target's weights as `.bin` shards and as safetensors shards.
+- lmsys/vicuna-7b-v1.3: a LLaMA-1-era repository (FastChat's docs/vicuna_weights_version.md: v1.3 is LLaMA-1 based,
+  its weights merged). Its tokenizer is a SentencePiece `tokenizer.model` with `tokenizer_config.json` and
+  `special_tokens_map.json` and no `tokenizer.json`; its weights `pytorch_model-0000N-of-00002.bin` with
+  `pytorch_model.bin.index.json`, as the LLaMA-era repositories that predate safetensors ship them, beside
+  `config.json` and `generation_config.json`. The hub's own listing could not be read from here (no network, and no
+  search result quotes it), so `tests/test_hub_replicas.py` loads its weights as safetensors shards too.
 - meta-llama/Meta-Llama-3-8B-Instruct and HuggingFaceTB/SmolLM2-135M-Instruct: exactly the files the export preloads
   (explorer.space_pairs.TARGET_FILES), a `tokenizer.json` with the chat template inside `tokenizer_config.json`.
 - yuhuili/EAGLE-Vicuna-7B-v1.3 and yuhuili/EAGLE-LLaMA3-Instruct-8B (EAGLE-1 heads, the EAGLE repository's README,

@@ -4,10 +4,13 @@ says why. The same on a ZeroGPU Space (Models.pin), for `python app.py` and for 
 from __future__ import annotations
 
 import pytest
+import torch
 
 import app
+import explorer.models
 from app import EXAMPLES_DIR
 from ddd.catalog import ModelPair
+from ddd.models import ModelLoadError
 from explorer.choosing import menu_items
 from explorer.examples import ExampleShelf
 from explorer.models import ModelChoice, ModelConfig, Models, model_name
@@ -116,3 +119,27 @@ def test_after_start_up_the_first_race_loads_nothing(tiny_llama_dir):
     page = build_page(models, ExampleShelf(EXAMPLES_DIR))
     frames = race_frames(page, "the cat sat", Session(), SHORT)
     assert frames and not any("Loading the model" in message_of(f) for f in frames)
+
+
+@pytest.mark.parametrize("error", [
+    ModelLoadError("Could not load model 'meta-llama/Meta-Llama-3-8B-Instruct': You are trying to access a gated "
+                   "repo."),
+    torch.OutOfMemoryError("CUDA out of memory. Tried to allocate 500.00 MiB"),
+    ImportError("LlamaTokenizer requires the SentencePiece library but it was not found in your environment.\nMore."),
+], ids=["gated", "memory", "library"])
+def test_whatever_a_load_raises_the_next_pair_races_and_the_page_says_why(error, tiny_qwen_dir, monkeypatch):
+    real = explorer.models.load_target
+
+    def failing(name, **options):
+        if name == "gated-or-big":
+            raise error
+        return real(name, **options)
+
+    monkeypatch.setattr(explorer.models, "load_target", failing)
+    models = Models(ModelConfig(model="gated-or-big", head="random", dtype="float32"))
+    models.start([ModelChoice(str(tiny_qwen_dir), "random")])
+    first_line = str(error).splitlines()[0]
+    assert models.config.model == str(tiny_qwen_dir) and not models.needs_load()
+    kind = "" if isinstance(error, ModelLoadError) else f"{type(error).__name__}: "
+    assert models.start_up_words() == (f"gated-or-big could not be loaded ({kind}{first_line}); racing "
+                                       f"{tiny_qwen_dir.name} instead.")
