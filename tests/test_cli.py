@@ -109,6 +109,7 @@ def test_a_broken_head_file_is_one_line_of_error(tmp_path, tiny_llama_dir, llama
     assert "Traceback" not in err
 
 
+@pytest.mark.slow
 def test_a_head_for_another_model_fails_cleanly_from_the_shell(tiny_llama_dir):
     """The shipped head belongs to the default model (hidden size 576): the process says so and exits 2."""
     import subprocess

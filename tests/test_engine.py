@@ -15,7 +15,7 @@ def decode(target, head, prompt, method, **settings):
     return run, steps
 
 
-@pytest.mark.parametrize("family", ["llama", "qwen"])
+@pytest.mark.parametrize("family", ["llama", pytest.param("qwen", marks=pytest.mark.slow)])
 @pytest.mark.parametrize("method", ["eagle", "eagle2", "ddd", "cost"])
 def test_greedy_equals_plain_greedy(request, family, method):
     target = request.getfixturevalue(family)

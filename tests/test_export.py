@@ -162,6 +162,7 @@ def test_cpu_front_matter_and_pins(spaces):
     assert "paid plan" in (folder / "README.md").read_text()
 
 
+@pytest.mark.slow
 def test_every_module_the_app_imports_is_in_the_folder_and_nothing_more(spaces, tmp_path):
     """`import app` in each exported folder, with the project's venv and no PYTHONPATH: it loads every module
     from the folder itself, and every module the folder carries is one the app loads. (In a copy: Gradio writes

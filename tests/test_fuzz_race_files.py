@@ -161,6 +161,7 @@ def shown_consistently(race) -> None:
 
 @settings(max_examples=BUDGET, deadline=None, derandomize=True, database=None)
 @given(mutated())
+@pytest.mark.slow
 def test_a_mutated_file_is_refused_in_one_sentence_or_shown_consistently(data):
     try:
         race = race_from_data(data, SOURCE)
@@ -176,6 +177,7 @@ def test_a_mutated_file_is_refused_in_one_sentence_or_shown_consistently(data):
 @settings(max_examples=APP_BUDGET, deadline=None, derandomize=True, database=None,
           suppress_health_check=[HealthCheck.function_scoped_fixture])
 @given(data=mutated())
+@pytest.mark.slow
 def test_a_mutated_file_through_the_apps_load_button_gets_a_race_or_a_message(page, tmp_path, data):
     path = tmp_path / "fuzzed.json"
     path.write_text(json.dumps(data))

@@ -112,6 +112,7 @@ def test_the_parts_folder_is_ignored_by_git():
     assert subprocess.run(["git", "check-ignore", "-q", ".gpu-check/part-00"], cwd=ROOT).returncode == 0
 
 
+@pytest.mark.slow
 def test_the_benchmark_command_exits_0_when_it_finishes(tiny_llama_dir, tmp_path):
     questions = tmp_path / "questions.jsonl"
     questions.write_text(json.dumps({"question_id": "q1", "category": "writing", "turns": ["the cat sat"]}) + "\n")

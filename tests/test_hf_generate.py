@@ -91,6 +91,7 @@ def test_torch_manual_seed_repeats_a_sampled_run(llama, llama_head):
 
 
 @pytest.mark.parametrize("method, sampling", [("ddd", SAMPLING), ("cost", TOP_K)], ids=["ddd-top-p", "cost-top-k"])
+@pytest.mark.slow
 def test_sampled_generate_follows_plain_sampling(llama, llama_head, method, sampling):
     """The chi-square test of tests/test_sampling.py, on tokens drawn through generate()."""
     from ddd import Sampling

@@ -189,6 +189,7 @@ def test_pinned_costs_are_used_as_they_are(llama, llama_head):
     assert {(s.costs.draft_cost, s.costs.measured) for s in run.trace.steps if not s.prefill} == {(0.5, False)}
 
 
+@pytest.mark.slow
 def test_a_measuring_rule_samples_as_plain_sampling_does(llama, llama_head, monkeypatch):
     """Sampled on a GPU-like clock, so that it drafts deep: the tokens keep plain sampling's distribution."""
     from ddd.settings import Sampling

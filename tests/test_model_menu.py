@@ -134,6 +134,7 @@ print(json.dumps({"methods": list(traces), "texts": len({t.text for t in traces.
 """
 
 
+@pytest.mark.slow
 def test_a_model_and_head_given_by_hub_id_race_from_the_hub_cache(llama_head, tmp_path):
     from ddd import save_head
 

@@ -83,7 +83,17 @@ def exact(llama):
 RUNS = [("plain", None)] + [(method, "llama_head") for method in ("eagle", "eagle2", "ddd", "cost")] + [("ddd", "llama_eagle3_head")]
 
 
-@pytest.mark.parametrize("method, head", RUNS, ids=[m if h is None else f"{m}-{h}" for m, h in RUNS])
+# The inner loop (pytest -m "not slow") samples plain decoding and DDD; the test command samples every run.
+INNER_LOOP = {("plain", None), ("ddd", "llama_head"), "plain", "ddd"}
+TOP_K_METHODS = ["plain", "eagle", "eagle2", "ddd", "cost"]
+
+
+def inner_loop_or_slow(runs: list, ids: list[str]) -> list:
+    return [pytest.param(*(r if isinstance(r, tuple) else (r,)), id=i,
+                         marks=() if r in INNER_LOOP else pytest.mark.slow) for r, i in zip(runs, ids)]
+
+
+@pytest.mark.parametrize("method, head", inner_loop_or_slow(RUNS, [m if h is None else f"{m}-{h}" for m, h in RUNS]))
 def test_sampled_tokens_follow_plain_sampling(request, llama, exact, method, head):
     head = None if head is None else request.getfixturevalue(head)
     counts, accepted = sample_counts(llama, head, PROMPTS[3], method, FAST_TREES.get(method, {}), 3,
@@ -100,7 +110,7 @@ def exact_top_k(llama):
     return exact_joint(llama, PROMPTS[3], 3, Sampling(**TOP_K))
 
 
-@pytest.mark.parametrize("method", ["plain", "eagle", "eagle2", "ddd", "cost"])
+@pytest.mark.parametrize("method", inner_loop_or_slow(TOP_K_METHODS, TOP_K_METHODS))
 def test_top_k_sampled_tokens_follow_plain_top_k_sampling(llama, llama_head, exact_top_k, method):
     counts, accepted = sample_counts(llama, llama_head if method != "plain" else None, PROMPTS[3], method,
                                      FAST_TREES.get(method, {}), 3, range(SAMPLES), TOP_K)

@@ -70,12 +70,14 @@ def test_the_shipped_head_goes_with_the_hub_model_and_says_what_it_was_trained_o
     assert choose_head(None, DEFAULT_MODEL).note == ""
 
 
+@pytest.mark.slow
 def test_without_the_package_the_default_model_loads_from_the_hub_cache(tmp_path):
     smollm2(tmp_path / "hf")  # the hub's default model, as a download leaves it in the cache
     loaded = load_default_in(hub_env(tmp_path))
     assert loaded == {"name": DEFAULT_HUB_ID, "hidden": 576, "head": "shipped head", "note": HUB_WEIGHTS_NOTE}
 
 
+@pytest.mark.slow
 def test_without_the_package_or_the_hub_the_message_names_both_fixes(tmp_path):
     message = load_default_in(hub_env(tmp_path))["error"]
     assert "\n" not in message

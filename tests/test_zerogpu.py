@@ -227,6 +227,7 @@ def test_a_race_that_outlives_its_reservation_shows_what_it_decoded_as_a_stopped
     assert not session.busy and not session.fresh
 
 
+@pytest.mark.slow
 def test_start_up_times_the_pairs_and_measures_them_charged_to_no_visitor(zero_page, spaces, monkeypatch):
     runner = zero_page.runner
     monkeypatch.setattr(spaces, "current_visitor", lambda: None)  # no request: the Space's start-up
