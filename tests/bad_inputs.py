@@ -242,12 +242,16 @@ INPUT_CASES = [
 
 
 def evil_race() -> bytes:
-    """A valid race whose every free text field carries a payload."""
-    steps = race_data()["traces"]["plain"]["steps"]
-    text = "".join(PAYLOADS[4] if i == 1 else step["text"] for i, step in enumerate(steps))  # the run's text too
-    changes = {"title": PAYLOADS[2], "note": PAYLOADS[1], "traces.plain.steps.1.text": PAYLOADS[4],
-               "traces.plain.text": text}
+    """A valid race whose every free text field carries a payload. The answer's payload leads every run's first
+    decoded step, so that each run's text still shows its tokens in order and the greedy runs still agree."""
+    data = race_data()
+    changes = {"title": PAYLOADS[2], "note": PAYLOADS[1]}
     for method in ("plain", "eagle2", "ddd"):
+        trace = data["traces"][method]
+        first = next(i for i, step in enumerate(trace["steps"]) if not step["prefill"] and step["token_ids"])
+        texts = [PAYLOADS[4] * (i == first) + step["text"] for i, step in enumerate(trace["steps"])]
+        changes[f"traces.{method}.steps.{first}.text"] = texts[first]
+        changes[f"traces.{method}.text"] = "".join(texts)
         changes[f"traces.{method}.prompt"] = PAYLOADS[0]
         changes[f"traces.{method}.model"] = PAYLOADS[3]
         changes[f"traces.{method}.device"] = PAYLOADS[4]
