@@ -12,6 +12,7 @@ import pytest
 from components import load_race
 from components.lesson import LESSON_METHODS, TITLES, build_lesson, lesson_race
 from components.lesson_page import lesson_html, static_lesson
+from ddd.bench.projection import BAND
 from ddd.costs import StepCosts
 from tests.bad_inputs import PAYLOADS
 
@@ -109,7 +110,7 @@ def test_a_reply_says_whether_the_choice_was_right_then_why(shipped):
 def test_the_cost_rule_chapter_prices_its_tree_on_a_gpu_at_the_costs_it_is_given(shipped):
     text = build_lesson(shipped[1], shipped[0], GPU).chapters[5].text
     assert "on ZeroGPU's GPU as the project's GPU projection prices this pair (a draft call 0.08, a tree forward " \
-           "0.14 more than a one-token one, each verified token 0: projected, not measured)" in text
+           f"0.14 more than a one-token one, each verified token 0: projected, each ±{BAND:.0%}, not measured)" in text
     assert "ZeroGPU" not in build_lesson(shipped[1], shipped[0], None).chapters[5].text
 
 
