@@ -244,7 +244,10 @@ def race_pair(url: str, label: str) -> dict:
 
 
 def shown(value) -> str:
-    return str(value.get("value", "") if isinstance(value, dict) else value)
+    """An output's text as a visitor reads it: without the isolates around a file's or a visitor's text
+    (components.tokens.isolated), which draw nothing."""
+    text = str(value.get("value", "") if isinstance(value, dict) else value)
+    return text.replace("\u2068", "").replace("\u2069", "")
 
 
 @pytest.mark.slow
