@@ -30,7 +30,7 @@ from explorer.examples import ExampleShelf, record_examples
 from explorer.machine import pick_cpu_preset
 from explorer.models import CPU_PRECISION, ModelChoice, ModelConfig, Models
 from explorer.page import build_page
-from explorer.presets import MEASURED, PRESET_NAMES
+from explorer.presets import MEASURED, PRESET_NAMES, opening_preset
 from explorer.racing import time_start_up, zero_gpu
 
 EXAMPLES_DIR = Path(os.environ.get("DDD_EXAMPLES") or shipped("examples"))
@@ -100,9 +100,14 @@ def main(argv: list[str] | None = None) -> None:
     if models.loaded and models.device() == "cpu" and not zero_gpu() and args.preset in (None, MEASURED):
         pick_cpu_preset(models)
     page = build_page(models, ExampleShelf(EXAMPLES_DIR), preset=args.preset)
-    # On ZeroGPU: a race asks for what it will take (explorer.gputime), timed on each pair that loaded.
-    if page.runner.gpu is not None and models.loaded:
-        time_start_up(models, page.runner.race, page.runner.measure, page.runner.gpu, [None, *others])
+    if models.loaded:
+        # On ZeroGPU: a race asks for what it will take (explorer.gputime), timed on each pair that loaded.
+        if page.runner.gpu is not None:
+            time_start_up(models, page.runner.race, page.runner.measure, page.runner.gpu, [None, *others])
+        tree = opening_preset(models, args.preset).values
+        for choice in [None, *others]:  # the queue's first estimates (explorer.queueing)
+            page.runner.time_a_race(tree, choice)
+    page.lesson.prepare()
     page.demo.launch(server_name=args.host, server_port=args.port, css=CSS, allowed_paths=[str(EXAMPLES_DIR)],
                      max_file_size=LIMITS.file_bytes, theme=gr.themes.Soft(**THEME).set(**THEME_TEXT))
 

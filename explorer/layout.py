@@ -30,6 +30,7 @@ PRECISION_INFO = ("int8 (CPU only): verifying a tree costs least, so speculative
                   "differ from float32's. bfloat16 runs slower on most CPUs. Every method of the race uses the one "
                   "chosen.")
 TREE_MODES = {"verified + best dropped": "shown", "verified only": "verified", "whole candidate pool": "all"}
+DEFAULT_MODE = next(iter(TREE_MODES))
 REPLAY_SPEEDS = ["0.5×", "1×", "2×", "4×"]
 COST_INFO = ("a fourth column, the cost rule (see About): it drafts as deep and verifies as many tokens as this machine's "
              "costs make pay, with the beam width, max draft calls and total tokens above")
@@ -158,7 +159,7 @@ def _settings(ui: Ui, precisions: list[str], precision: str, opening: Opening, m
                     ui[setting.name] = widget(setting, preset[setting.name])
     with gr.Row():
         ui["shade"] = gr.Checkbox(True, label="shade tokens by how they were made")
-        ui["mode"] = gr.Radio(list(TREE_MODES), value=next(iter(TREE_MODES)), label="tree nodes shown")
+        ui["mode"] = gr.Radio(list(TREE_MODES), value=DEFAULT_MODE, label="tree nodes shown")
         ui["speed"] = gr.Radio(REPLAY_SPEEDS, value="1×", label="replay speed")
 
 

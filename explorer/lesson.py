@@ -68,13 +68,19 @@ def wire(ui: dict, panel: "LessonPanel") -> None:
 
 
 class LessonPanel:
-    """The lesson of the shelf's lesson race, built once on first use (it reads recorded races only)."""
+    """The lesson of the shelf's lesson race, built once (it reads recorded races only): at start-up (`prepare`),
+    or on first use."""
 
     def __init__(self, ui: dict, shelf: ExampleShelf):
         self.ui = ui
         self.shelf = shelf
         self._lock = threading.Lock()
         self._built: tuple[Lesson | None, str, str | None] | None = None  # lesson, why not, hand-out path
+
+    def prepare(self) -> None:
+        """Build the lesson now: its GPU costs come from counting a tiny pair's operations (ddd.bench.projection),
+        seconds of CPU that should neither keep the first reader waiting nor slow the races going at that time."""
+        self._lesson()
 
     def _lesson(self) -> tuple[Lesson | None, str, str | None]:
         with self._lock:

@@ -26,15 +26,17 @@ from .lesson import LINK_OUTPUTS, LessonPanel, wire as wire_lesson
 from .models import ModelChoice, Models
 from .presets import PRESET_FIELDS, opening_preset
 from .racing import device_measure, device_race, zero_gpu
+from .queueing import QUEUE_SIZE
 from .running import Runner
 from .sessions import Session, Sessions
 from .viewing import Viewer
 from .whatif import WhatIfPanel, place as place_whatif, wire as wire_whatif
 
-QUEUE_SIZE = 64  # visitors waiting at most; past it the page says the queue is full
-# Races in the app's own line (explorer.sessions.Turnstile: one decodes, the others wait there, where Stop reaches
-# them at once, API calls included); the rest wait in Gradio's queue, where a browser's Stop still cancels them.
-RACE_SLOTS = 8
+# Every race goes straight into the app's own line (explorer.queueing: one decodes, the others wait there, told their
+# place and wait from the first second; Stop reaches them at once, API calls included): Gradio's queue holds none.
+# Each waiting race holds one of Gradio's worker threads, so the pool has room for a full line beside the rest.
+RACE_SLOTS = QUEUE_SIZE + 1
+WORKER_THREADS = 40 + RACE_SLOTS
 
 
 class CheckedBlocks(gr.Blocks):
@@ -55,6 +57,7 @@ class CheckedBlocks(gr.Blocks):
         app_kwargs = dict(kwargs.pop("app_kwargs", None) or {})
         app_kwargs["exception_handlers"] = {**app_kwargs.get("exception_handlers", {}), 404: _not_found,
                                             FnIndexInferError: _no_endpoint}
+        kwargs.setdefault("max_threads", WORKER_THREADS)
         return super().launch(*args, app_kwargs=app_kwargs, **kwargs)
 
     async def preprocess_data(self, block_fn: Any, inputs: list[Any], state: Any, explicit_call: bool = False) -> Any:

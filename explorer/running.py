@@ -2,7 +2,7 @@
 from __future__ import annotations
 
 import time
-from collections.abc import Callable, Generator, Iterator
+from collections.abc import Callable, Generator, Iterator, Mapping
 from contextlib import closing
 from typing import Any
 
@@ -15,19 +15,28 @@ from components.race import METHOD_LABELS
 from components.replay import frame_times, steps_done
 from ddd import HeadLoadError, ModelLoadError
 from ddd.numbers import readable
+from ddd.settings import Sampling
+from ddd.turns import WARM_UP_PROMPT
 
-from .gputime import (ACCOUNT_QUOTA_S, DURATION_FACTOR, GpuAnswer, GpuTime, Quota, counted, refusal_words,
-                      too_long_words)
-from .layout import COLUMNS, Ui
+from .gputime import (ACCOUNT_QUOTA_S, DURATION_FACTOR, WARM_UP_TOKENS, GpuAnswer, GpuTime, Quota, counted,
+                      refusal_words, too_long_words)
+from .layout import COLUMNS, DEFAULT_MODE, Ui
 from .models import Key, ModelChoice, Models
 from .presets import MEASURED, PRESET_FIELDS, PRESETS, race_entries, widget_values
+from .queueing import QUEUE_SIZE, QueueFull, RaceLine, Ticket, Work
 from .racing import LiveRace, RaceEvent, RaceRequest
-from .sessions import Session, Sessions, Turnstile
+from .sessions import Session, Sessions
 from .viewing import Viewer, message, warn
 
 RACING_STATUS = "Racing: each method takes one target forward in turn, so a busy machine slows them all alike…"
 REPLAY_FPS = 8
 WAIT_POLL_S = 0.2  # how often a race waiting for its turn looks at its Stop
+
+
+def waiting_words(ahead: int, left_s: float | None) -> str:
+    """A waiting race's line: its place, and the wait the latest races of its pair and length foretell."""
+    about = f", about {readable(left_s, 2)} s to wait" if left_s is not None else ""
+    return f"Waiting for its turn: {ahead} race{'s' if ahead > 1 else ''} ahead of this one{about} (Stop cancels it)."
 
 
 def racing(methods: tuple[str, ...]) -> str:
@@ -47,7 +56,7 @@ class Runner:
         self.ui, self.models, self.sessions, self.viewer = ui, models, sessions, viewer
         self.race, self.measure, self.gpu = race, measure, gpu
         self.stream_every_s = 0.12  # how often the streaming columns are redrawn
-        self.turns = Turnstile()
+        self.line = RaceLine(QUEUE_SIZE)  # every race waits here, none in Gradio's queue (explorer.page)
 
     # -- running --------------------------------------------------------------------------------------
 
@@ -77,40 +86,65 @@ class Runner:
         request = RaceRequest(checked.prompt, race_entries(checked.tree, checked.methods), checked.max_new_tokens,
                               checked.sampling,
                               checked.precision or self.models.default_precision(), session.stop_file, session.choice)
-        ticket = self.turns.join()
+        try:
+            ticket = self.line.join(Work(self._key(request), request.max_new_tokens, len(request.entries)))
+        except QueueFull as full:
+            session.busy = False
+            yield self._error(session, str(full))
+            return
+        finished = False
         try:
             if (yield from self._wait_for_turn(ticket, session)):
-                yield from self._race(request, shade, mode, session)
+                finished = yield from self._race(request, shade, mode, session)
         finally:
-            self.turns.leave(ticket)
+            self.line.leave(ticket, finished)
             session.busy = session.waiting = False
             session.clear_stop()
 
-    def _wait_for_turn(self, ticket: object, session: Session) -> Iterator[dict]:
-        """Wait for the races ahead, saying how many there are; False when Stop came first."""
+    def time_a_race(self, tree: Mapping[str, Any], choice: ModelChoice | None = None) -> None:
+        """Before the first visitor, charged to none: a short race of `tree` on `choice`'s pair, the way a visitor's
+        goes (the line, the race, every view), so that the line can tell the first visitors their wait too and the
+        first visitor's race does not pay for what only a first race pays for. A failure is said in the log."""
+        session = Session()
+        session.choice = choice
+        precision = self.models.default_precision()
+        request = RaceRequest(WARM_UP_PROMPT, race_entries(tree), WARM_UP_TOKENS, Sampling(), precision,
+                              session.stop_file, choice)
+        ticket = self.line.join(Work(self._key(request), request.max_new_tokens, len(request.entries)))
+        finished = False
+        try:
+            for _ in self._race(request, True, DEFAULT_MODE, session):
+                pass
+            finished = session.fresh  # every run went to its end
+        except Exception as err:  # noqa: BLE001 - the app must start regardless
+            print(f"Timing a race on {choice.model if choice else 'the default model'} failed: {err}", flush=True)
+        finally:
+            self.line.leave(ticket, finished)
+
+    def _wait_for_turn(self, ticket: Ticket, session: Session) -> Iterator[dict]:
+        """Wait for the races ahead, saying where this one stands and about how long is left each time a race
+        leaves the line; False when Stop came first."""
         session.waiting, shown = True, 0
-        ahead = self.turns.ahead(ticket)
+        ahead = self.line.ahead(ticket)
         while ahead:
             if session.stop_requested:
                 yield self._error(session, "Stopped while waiting for its turn: nothing ran.", "note")
                 return False
             if ahead != shown:
                 shown = ahead
-                left = self.turns.expected_wait_s(ahead)
-                about = f", about {readable(left, 2)} s to wait" if left is not None else ""
-                yield self._error(session, f"Waiting for its turn: {ahead} race{'s' if ahead > 1 else ''} ahead of "
-                                           f"this one{about} (Stop cancels it).", "note")
-            ahead = self.turns.ahead(ticket, WAIT_POLL_S)
+                yield self._error(session, waiting_words(ahead, self.line.wait_s(ticket)), "note")
+            ahead = self.line.ahead(ticket, WAIT_POLL_S)
         session.waiting = False
         return True
 
-    def _race(self, request: RaceRequest, shade: bool, mode: str, session: Session) -> Iterator[dict]:
+    def _race(self, request: RaceRequest, shade: bool, mode: str, session: Session) -> Generator[dict, None, bool]:
+        """The race, shown; True when every run went to its end (its time then joins the queue's estimates)."""
         live, methods = LiveRace(), tuple(request.entries)
         if self.gpu is not None:
             too_long = self._ask_gpu(request, session)
             if too_long:
                 yield self.viewer.show_race(session, shade, mode, too_long, "error")
-                return
+                return False
         start, answer, shown = time.perf_counter(), None, False
         try:
             shown = yield from self._events(request, live, methods, shade, mode, session)
@@ -121,17 +155,18 @@ class Runner:
         note = refusal_words(answer, self.gpu or GpuTime(), self._key(request), methods) if answer else ""
         if answer is not None and answer.kind == "quota":  # nothing ran: the race shown before stays
             yield self.viewer.show_race(session, shade, mode, note, "error")
-            return
+            return False
         if shown:
-            return
+            return False
         traces = live.finished()
         if not traces:  # stopped before the first token: keep the race that was shown
             yield self.viewer.show_race(session, shade, mode, note or "Stopped before any method produced a token.")
-            return
+            return False
         stopped = session.stop_requested or not live.ended
         session.race, session.source = Race(traces=traces, note=live.note), None
         session.fresh = not stopped and len(traces) == len(request.entries)
         yield self.viewer.show_race(session, shade, mode, note or (("Stopped. " if stopped else "") + live.note))
+        return session.fresh
 
     def _events(self, request: RaceRequest, live: LiveRace, methods: tuple[str, ...], shade: bool, mode: str,
                 session: Session) -> Generator[dict, None, bool]:

@@ -3,7 +3,6 @@ from __future__ import annotations
 
 import math
 import os
-import statistics
 import tempfile
 import threading
 import time
@@ -128,44 +127,3 @@ class Sessions:
         session.page_race = session.race
         session.page_times.append(now)
         return SavedPage(session.page)
-
-
-class Turnstile:
-    """Races take turns, first come first served (two at once would steal each other's cores and time each
-    other); a race waiting for its turn can leave at any moment, so Stop cancels it at once."""
-
-    def __init__(self) -> None:
-        self._changed = threading.Condition()
-        self._line: list[object] = []
-        self._front: dict[int, float] = {}  # a ticket's id: when it reached the front of the line
-        self._turns: deque[float] = deque(maxlen=8)  # how long the latest races held their turn (s)
-
-    def join(self) -> object:
-        ticket = object()
-        with self._changed:
-            self._line.append(ticket)
-        return ticket
-
-    def ahead(self, ticket: object, wait_s: float = 0.0) -> int:
-        """How many races are ahead of `ticket`, after waiting up to `wait_s` for that to change."""
-        with self._changed:
-            if wait_s and self._line.index(ticket):
-                self._changed.wait(wait_s)
-            index = self._line.index(ticket)
-            if index == 0:
-                self._front.setdefault(id(ticket), time.monotonic())
-            return index
-
-    def expected_wait_s(self, ahead: int) -> float | None:
-        """About how long `ahead` races take, at the median of the latest turns; None before any turn ended."""
-        with self._changed:
-            return ahead * statistics.median(self._turns) if self._turns else None
-
-    def leave(self, ticket: object) -> None:
-        with self._changed:
-            if ticket in self._line:
-                self._line.remove(ticket)
-            started = self._front.pop(id(ticket), None)
-            if started is not None:
-                self._turns.append(time.monotonic() - started)
-            self._changed.notify_all()

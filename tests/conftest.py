@@ -15,6 +15,17 @@ ROOT = Path(__file__).resolve().parents[1]
 EXAMPLES_DIR = ROOT / "assets" / "examples"
 
 
+def pytest_configure(config):
+    """Under `pytest -n N` (pytest-xdist; README: tests) each worker decodes on one core: the tiny models' operations
+    are too small to share out, and workers that each spin a thread per core slow one another down. The servers and
+    environments a worker starts inherit it."""
+    if os.environ.get("PYTEST_XDIST_WORKER"):
+        import torch
+
+        os.environ["OMP_NUM_THREADS"] = "1"
+        torch.set_num_threads(1)
+
+
 @pytest.fixture(scope="session")
 def tiny_llama_dir(tmp_path_factory):
     return save_tiny_model(tmp_path_factory.mktemp("tiny-llama"), "llama")
@@ -50,8 +61,7 @@ def llama_eagle3_head(llama):
     return fit_eagle3_head(llama)
 
 
-@pytest.fixture
-def page(llama, llama_head):
+def make_page(llama, llama_head):
     """The app's page over the tiny model and its fitted head, already loaded in float32."""
     from explorer.examples import ExampleShelf
     from explorer.models import ModelConfig, Models
@@ -60,6 +70,12 @@ def page(llama, llama_head):
     models = Models(ModelConfig(model="tiny", head="tiny"))
     models.install(llama, llama_head)
     return build_page(models, ExampleShelf(EXAMPLES_DIR))
+
+
+@pytest.fixture
+def page(llama, llama_head):
+    """A page of the test's own (make_page)."""
+    return make_page(llama, llama_head)
 
 
 def free_port() -> int:

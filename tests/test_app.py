@@ -189,6 +189,7 @@ def test_full_race_over_http(app_server):
     assert "empty" in str(empty["message"])
 
 
+@pytest.mark.slow
 def test_measured_preset_times_the_machine_once_and_fills_valid_settings(page):
     models = page.runner.models
     values = page.runner.apply_preset(MEASURED, "float32")

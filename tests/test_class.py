@@ -4,7 +4,8 @@ each student their own visitor as Hugging Face's proxy marks them). Every studen
 where they stand in the queue while waiting, and nobody gets an error.
 
 The test command runs CLASS_STUDENTS students arriving over CLASS_WINDOW_S; `DDD_CLASS_STUDENTS=30
-DDD_CLASS_WINDOW_S=120` runs the full class (`DDD_CLASS_TOKENS`: each race's new tokens, 12 by default) (docs/app.md, "A class at once", has the figures). Each student's
+DDD_CLASS_WINDOW_S=120` runs the full class (`DDD_CLASS_TOKENS`: each race's new tokens, 12 by default;
+`DDD_CLASS_MODEL=default`: the CPU Space on its default model) (docs/app.md, "A class at once", has the figures). Each student's
 time to the first page, wait in the queue, race time and errors are printed with their p50 and p95.
 """
 from __future__ import annotations
@@ -33,6 +34,9 @@ pytestmark = pytest.mark.slow
 STUDENTS = int(os.environ.get("DDD_CLASS_STUDENTS", "6"))
 WINDOW_S = float(os.environ.get("DDD_CLASS_WINDOW_S", "10"))
 TOKENS = int(os.environ.get("DDD_CLASS_TOKENS", "12"))  # each student's race: new tokens
+# DDD_CLASS_MODEL=default: the CPU Space races its own default model (int8), as the hosted one does.
+DEFAULT_MODEL = os.environ.get("DDD_CLASS_MODEL") == "default"
+TOLD_CLASS = 10  # students who waited, at least, for the estimates' 80% to be checked
 EXAMPLE = "Maths: step by step, five decoders"
 TRY_IT = "?example=maths&threshold=-1"
 
@@ -47,9 +51,9 @@ class CpuSpace(AppServer):
         self.port = free_port()
         self.url, self.log = f"http://127.0.0.1:{self.port}/", work / "space.log"
         env = {**os.environ, "HF_HUB_OFFLINE": "1", "GRADIO_ANALYTICS_ENABLED": "False"}
+        pair = [] if DEFAULT_MODEL else ["--model", str(model_dir), "--head", str(head_dir), "--dtype", "float32"]
         self.proc = subprocess.Popen(
-            [sys.executable, "app.py", "--model", str(model_dir), "--head", str(head_dir), "--dtype", "float32",
-             "--preset", CPU_PRESET, "--host", "127.0.0.1", "--port", str(self.port)],
+            [sys.executable, "app.py", *pair, "--preset", CPU_PRESET, "--host", "127.0.0.1", "--port", str(self.port)],
             cwd=folder, env=env, stdout=self.log.open("w"), stderr=subprocess.STDOUT)
 
 
@@ -61,6 +65,8 @@ class Student:
     race_s: float = 0.0
     ranks: list[int] = field(default_factory=list)  # the places in the queue the student was shown
     waits: list[tuple[float, bool]] = field(default_factory=list)  # each "races ahead" line: when, and with a time?
+    first_line_s: float | None = None  # from Run to the first "races ahead" line
+    first_estimate_s: float | None = None  # the wait that line foretold
     done_at: float = 0.0
     errors: list[str] = field(default_factory=list)
 
@@ -83,7 +89,7 @@ def attend(url: str, student: Student, arrive_at: float) -> None:
         with urllib.request.urlopen(url + TRY_IT, timeout=120) as reply:
             assert reply.status == 200
         client.predict(EXAMPLE, True, TREE_MODE, api_name="/open_example")
-        settings = [TOKENS, *RACE_SETTINGS[1:]]
+        settings = [TOKENS, *RACE_SETTINGS[1:4], "int8" if DEFAULT_MODEL else RACE_SETTINGS[4], *RACE_SETTINGS[5:]]
         asked = time.monotonic()
         job = client.submit(f"student {student.number}: the cat sat", *settings, True, TREE_MODE, api_name="/run")
         seen = 0
@@ -98,6 +104,10 @@ def attend(url: str, student: Student, arrive_at: float) -> None:
                 if ahead:
                     student.ranks.append(int(ahead.group(1)))
                     student.waits.append((time.monotonic(), "s to wait" in said))
+                    if student.first_line_s is None:
+                        student.first_line_s = time.monotonic() - asked
+                        estimate = re.search(r"about ([0-9.,]+) s to wait", said)
+                        student.first_estimate_s = float(estimate.group(1).replace(",", "")) if estimate else None
                 elif not student.wait_s:
                     student.wait_s = time.monotonic() - asked  # its turn came: the race streams
             seen = len(outputs)
@@ -131,20 +141,36 @@ def hold_class(url: str, name: str) -> list[Student]:
     print(f"\n{name}: {STUDENTS} students over {WINDOW_S:.0f} s racing {TOKENS} tokens each, done in {time.monotonic() - start:.0f} s; "
           f"first page {percentiles([s.page_s for s in students])}; queue wait {percentiles([s.wait_s for s in students])}; "
           f"race {percentiles([s.race_s for s in students])}; errors {sum(len(s.errors) for s in students)}; "
-          f"places shown in the queue: up to {max((max(s.ranks) for s in students if s.ranks), default=0)}")
+          f"places shown in the queue: up to {max((max(s.ranks) for s in students if s.ranks), default=0)}; "
+          f"waits within 0.5-1.5x of the first estimate: {len(well_told(students))} of {len(waited(students))}")
+    for s in students:
+        print(f"  student {s.number}: places {s.ranks}, first told after {s.first_line_s or 0:.1f} s to wait "
+              f"{s.first_estimate_s} s, waited {s.wait_s:.1f} s, raced {s.race_s:.1f} s")
     return students
+
+
+def waited(students: list[Student]) -> list[Student]:
+    """The students who waited for others' races (more than a second)."""
+    return [s for s in students if s.wait_s > 1.0]
+
+
+def well_told(students: list[Student]) -> list[Student]:
+    """The students who waited, whose wait came within 0.5-1.5x of the first estimate they were given."""
+    return [s for s in waited(students) if s.first_estimate_s and 0.5 <= s.wait_s / s.first_estimate_s <= 1.5]
 
 
 def check(students: list[Student]) -> None:
     assert [(s.number, s.errors) for s in students if s.errors] == []
     assert all(s.page_s > 0 and s.race_s > 0 for s in students)
-    waited = [s for s in students if s.wait_s > 2.0]  # queued behind others' races: their place was shown
-    assert all(s.ranks for s in waited), [(s.number, s.wait_s) for s in waited if not s.ranks]
-    # Once a race has ended the line knows how long a turn takes, and says how long is left.
-    first_done = min(s.done_at for s in students)
-    untimed = [(s.number, round(at - first_done, 1)) for s in students for at, timed in s.waits
-               if at > first_done + 0.5 and not timed]
-    assert untimed == []
+    # Whoever waits is told their place and a wait within their first second; in a class (at least TOLD_CLASS
+    # waited) the wait they were told holds within 0.5-1.5x for at least 80% of them. A few waits alone are too few
+    # to judge an estimate by: one race slowed by a neighbour's lesson moves them all.
+    late = [(s.number, s.first_line_s, s.first_estimate_s) for s in waited(students)
+            if s.first_line_s is None or s.first_line_s > 1.0 or s.first_estimate_s is None]
+    assert late == []
+    if len(waited(students)) >= TOLD_CLASS:
+        assert len(well_told(students)) >= 0.8 * len(waited(students)), [
+            (s.number, round(s.wait_s, 1), s.first_estimate_s) for s in waited(students)]
 
 
 @pytest.fixture(scope="module")

@@ -55,6 +55,7 @@ def test_the_runner_embeds_tokens_with_the_heads_own_table(llama):
     assert runner.embed is head.embed_tokens and torch.allclose(root, whole[0, -1], atol=1e-5)
 
 
+@pytest.mark.slow
 def test_it_saves_in_the_published_layout_and_loads_back_the_same(tmp_path, llama, wide_head):
     width = wide_head.config.hidden_size
     save_head(wide_head, tmp_path / "a")

@@ -127,6 +127,7 @@ def overlap(a: list[float], b: list[float]) -> bool:
 
 
 @pytest.mark.skipif(not CHROMIUM.exists(), reason="needs Debian's chromium at /usr/bin/chromium")
+@pytest.mark.slow
 def test_the_lesson_page_keeps_toolbar_legend_and_title_apart(lesson, tmp_path):
     plotly_js = (Path(plotly.__file__).parent / "package_data" / "plotly.min.js").read_text(encoding="utf-8")
     page = tmp_path / "lesson.html"

@@ -53,6 +53,7 @@ def test_a_llama_tokenizer_shipped_as_tokenizer_model_only_loads_with_bin_shards
     assert len(list(run)) >= 1
 
 
+@pytest.mark.slow
 def test_without_its_libraries_the_message_names_them(tmp_path):
     folder = vicuna_like(tmp_path / "vicuna")
     out = subprocess.run([sys.executable, "-c", WITHOUT_SENTENCEPIECE, str(folder)], cwd=ROOT, capture_output=True,

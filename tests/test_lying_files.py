@@ -89,6 +89,7 @@ def untrue_texts(draw) -> tuple[dict, str]:
     return data, method
 
 
+@pytest.mark.slow
 @settings(max_examples=40, deadline=None, derandomize=True, database=None)
 @given(untrue_texts())
 def test_text_drawn_apart_from_its_tokens_is_refused_in_one_sentence_naming_the_field(case):

@@ -21,6 +21,7 @@ def switch(models: Models, precision: str) -> str:
         return models.unloaded_note(entry)
 
 
+@pytest.mark.slow
 def test_switching_every_precision_unloads_the_least_recently_used_and_says_which(tiny_llama_dir):
     models = Models(ModelConfig(model=str(tiny_llama_dir), head="random", device="cpu"))
     notes = [switch(models, p) for p in SWITCHES]

@@ -16,6 +16,7 @@ from ddd.models import ModelLoadError
 from explorer.choosing import OTHER, MenuItems, menu_items, menu_labels
 from explorer.models import ModelChoice
 from explorer.sessions import Session
+from tests.conftest import make_page
 from tests.tiny import hub_snapshot, message_of, race_frames, save_tiny_model
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -68,6 +69,12 @@ def test_a_choice_changes_nothing_for_other_visitors(page):
     assert "loads on your first Run" in page.menu.describe(a) and "loaded in float32" in page.menu.describe(b)
 
 
+@pytest.fixture(scope="module")
+def refusing_page(llama, llama_head):
+    """One page for the choices refused before anything loads: a refusal changes nothing on it (each test checks)."""
+    return make_page(llama, llama_head)
+
+
 PATH_LIKE = ["assets/head", "assets/..", "assets/.", "./assets", "../main", "/etc/passwd", "~/x", "~root/x",
              "tests/tiny.py", "a/../b", "a/b/c", "a\\b", "owner/.hidden", "owner/name.", "owner/-x", "a--b/c",
              "https://huggingface.co/x", "owner/na me"]
@@ -82,15 +89,16 @@ PATH_LIKE = ["assets/head", "assets/..", "assets/.", "./assets", "../main", "/et
     (PAIRS[1].label, "", "no model choice called"),  # a GPU pair, on this CPU
     *[(OTHER, path, "command line") for path in PATH_LIKE],
 ])
-def test_a_bad_choice_says_why_and_keeps_the_model(page, label, model, words):
+def test_a_bad_choice_says_why_and_keeps_the_model(refusing_page, label, model, words):
+    page = refusing_page
     before, session = page.runner.models.config, Session()
     out = page.ui.named(page.menu.choose(label, model, "", session))
     assert words in message_of(out) and page.runner.models.config is before and session.choice is None
 
 
 @pytest.mark.parametrize("head", ["assets/head", "../x", "/tmp", "assets/.."])
-def test_a_path_like_head_id_is_refused(page, head):
-    session = Session()
+def test_a_path_like_head_id_is_refused(refusing_page, head):
+    page, session = refusing_page, Session()
     out = page.ui.named(page.menu.choose(OTHER, "tiny-org/tiny-llama", head, session))
     assert "command line" in message_of(out) and session.choice is None
 

@@ -65,6 +65,7 @@ def test_a_projected_figure_carries_the_band():
     assert banded(3.4) == f"3.4x (±{BAND:.0%})" and banded(9.41, " s") == f"9.4 s (±{BAND:.0%})"
 
 
+@pytest.mark.slow
 def test_the_cli_takes_a_cards_bandwidth_and_a_tau(capsys):
     usage = build_parser().format_help()
     assert "--bandwidth" in usage and "--tau" in usage

@@ -53,6 +53,7 @@ def test_the_avx2_kernels_build_every_recorded_step(llama, llama_head, llama_eag
     assert checked.returncode == 0, checked.stdout[-4000:] + checked.stderr[-2000:]
 
 
+@pytest.mark.slow
 def test_other_kernels_build_every_recorded_step_up_to_near_ties(avx2_models):
     """This CPU's own kernels where they are not AVX2 (AVX-512, say); on an AVX2 CPU, the kernels without vector
     instructions, so that the comparison up to near-ties runs on every machine."""

@@ -22,6 +22,7 @@ from components.inputs import InputError, race_inputs, replay_speed, step_index
 from components.jsonfile import FileLimits
 from components.runfile import load_race
 from explorer.layout import RACE_OUTPUTS
+from explorer.queueing import Work
 from explorer.racing import prompt_tokens
 from explorer.sessions import Session
 from tests.bad_inputs import FILE_CASES, FILE_IDS, GOOD, INPUT_CASES, PAYLOADS, changed, race_data
@@ -153,7 +154,7 @@ def test_stop_while_queued_cancels_the_race(page):
 
 def test_stop_while_waiting_for_another_race_ends_it_at_once(page):
     runner, session = page.runner, Session()
-    ahead = runner.turns.join()  # another visitor's race has the turn
+    ahead = runner.line.join(Work("another pair", 8, 3))  # another visitor's race has the turn
     try:
         frames = runner.run_race("the cat sat", *SETTINGS, True, TREE_MODE, session)
         first = page.ui.named(next(frames))
@@ -164,7 +165,7 @@ def test_stop_while_waiting_for_another_race_ends_it_at_once(page):
         assert "nothing ran" in message_of(rest[-1]) and time.monotonic() - started < 2
         assert session.race is None and not session.busy and not session.waiting and not session.stop_requested
     finally:
-        runner.turns.leave(ahead)
+        runner.line.leave(ahead, finished=False)
     assert race_frames(page, "the cat sat", session)[-1]["summary"] is not None  # and its next Run races
 
 

@@ -130,30 +130,43 @@ def space_python(tmp_path_factory) -> Path:
 def serving(python: Path, folder: Path, env: dict, log: Path, timeout: float = 180) -> Iterator[str]:
     """`python app.py` in `folder` as a Space starts it (it reads GRADIO_SERVER_NAME / _PORT): its URL once it
     serves; stopped on leaving."""
-    port = free_port()
-    env = {**env, "GRADIO_SERVER_NAME": "127.0.0.1", "GRADIO_SERVER_PORT": str(port)}
-    proc = subprocess.Popen([str(python), "app.py"], cwd=folder, env=env, stdout=log.open("w"),
-                            stderr=subprocess.STDOUT)
-    url = f"http://127.0.0.1:{port}/"
+    with serving_all(python, [(folder, env, log)], timeout) as urls:
+        yield urls[0]
+
+
+@contextmanager
+def serving_all(python: Path, starts: list[tuple[Path, dict, Path]], timeout: float = 180) -> Iterator[list[str]]:
+    """`serving` for each (folder, env, log) of `starts`, started at once (a start is mostly one core's work): their
+    URLs once every one serves; all stopped on leaving."""
+    procs, urls = [], []
     try:
+        for folder, env, log in starts:
+            port = free_port()
+            env = {**env, "GRADIO_SERVER_NAME": "127.0.0.1", "GRADIO_SERVER_PORT": str(port)}
+            procs.append((subprocess.Popen([str(python), "app.py"], cwd=folder, env=env, stdout=log.open("w"),
+                                           stderr=subprocess.STDOUT), log))
+            urls.append(f"http://127.0.0.1:{port}/")
         deadline = time.monotonic() + timeout
-        while True:
-            assert proc.poll() is None, f"app.py exited:\n{log.read_text()[-3000:]}"
-            assert time.monotonic() < deadline, f"app.py did not serve within {timeout} s:\n{log.read_text()[-3000:]}"
-            try:
-                with urllib.request.urlopen(url, timeout=2) as reply:
-                    if reply.status == 200:
-                        break
-            except OSError:
-                time.sleep(0.5)
-        yield url
+        for (proc, log), url in zip(procs, urls):
+            while True:
+                assert proc.poll() is None, f"app.py exited:\n{log.read_text()[-3000:]}"
+                assert time.monotonic() < deadline, f"app.py did not serve within {timeout} s:\n{log.read_text()[-3000:]}"
+                try:
+                    with urllib.request.urlopen(url, timeout=2) as reply:
+                        if reply.status == 200:
+                            break
+                except OSError:
+                    time.sleep(0.5)
+        yield urls
     finally:
-        proc.terminate()
-        try:
-            proc.wait(timeout=15)
-        except subprocess.TimeoutExpired:
-            proc.kill()
-            proc.wait()
+        for proc, _ in procs:
+            proc.terminate()
+        for proc, _ in procs:
+            try:
+                proc.wait(timeout=15)
+            except subprocess.TimeoutExpired:
+                proc.kill()
+                proc.wait()
 
 
 @pytest.fixture(scope="module")
@@ -250,19 +263,32 @@ def shown(value) -> str:
     return text.replace("\u2068", "").replace("\u2069", "")
 
 
+@pytest.fixture(scope="module")
+def rehearsed(space_python, rehearsal) -> Iterator[tuple[str, str]]:
+    """The export started on the replicas (`rehearsal`), and beside it on the replicas less the first pair's files:
+    both URLs (the two start at once)."""
+    first = space_pairs()[0]
+    hf_home = rehearsal / "hf-without-first"
+    shutil.copytree(rehearsal / "hf", hf_home, symlinks=True)
+    shutil.rmtree(hf_home / "hub" / ("models--" + first.target.replace("/", "--")))
+    starts = [(rehearsal / "space", zero_gpu_env(rehearsal, rehearsal / "hf"), rehearsal / "space.log"),
+              (rehearsal / "space", zero_gpu_env(rehearsal, hf_home), rehearsal / "space-without-first.log")]
+    with serving_all(space_python, starts, 900) as urls:
+        yield urls[0], urls[1]
+
+
 @pytest.mark.slow
-def test_the_zerogpu_export_starts_offline_on_its_preloads_and_races_every_pair(space_python, rehearsal):
+def test_the_zerogpu_export_starts_offline_on_its_preloads_and_races_every_pair(rehearsal, rehearsed):
     pairs = space_pairs()
-    log = rehearsal / "space.log"
-    with serving(space_python, rehearsal / "space", zero_gpu_env(rehearsal, rehearsal / "hf"), log, 900) as url:
-        page = page_config(url)
-        assert {label for label, _ in page["model-menu"]["choices"]} == {p.label for p in pairs}
-        assert not page["start-up"]["visible"]
-        for pair in pairs:
-            result = race_pair(url, pair.label)
-            assert f"Model {pair.target} (int8" in shown(result["info"]), (pair.label, shown(result["message"]))
-            assert "Traceback" not in " ".join(shown(v) for v in result.values())
-    text = log.read_text()
+    url = rehearsed[0]
+    page = page_config(url)
+    assert {label for label, _ in page["model-menu"]["choices"]} == {p.label for p in pairs}
+    assert not page["start-up"]["visible"]
+    for pair in pairs:
+        result = race_pair(url, pair.label)
+        assert f"Model {pair.target} (int8" in shown(result["info"]), (pair.label, shown(result["message"]))
+        assert "Traceback" not in " ".join(shown(v) for v in result.values())
+    text = (rehearsal / "space.log").read_text()
     assert "Could not load" not in text and "Traceback" not in text
     offered = {p.target for p in pairs}  # the pairs the export did not preload are left out, each with its line
     assert all(line.split()[2] not in offered for line in text.splitlines() if line.startswith("Not offering"))
@@ -271,19 +297,15 @@ def test_the_zerogpu_export_starts_offline_on_its_preloads_and_races_every_pair(
 
 
 @pytest.mark.slow
-def test_without_its_first_pairs_files_the_space_starts_on_the_next_and_says_why(space_python, rehearsal):
+def test_without_its_first_pairs_files_the_space_starts_on_the_next_and_says_why(rehearsal, rehearsed):
     first, second = space_pairs()[:2]
-    hf_home = rehearsal / "hf-without-first"
-    shutil.copytree(rehearsal / "hf", hf_home, symlinks=True)
-    shutil.rmtree(hf_home / "hub" / ("models--" + first.target.replace("/", "--")))
-    log = rehearsal / "space-without-first.log"
-    with serving(space_python, rehearsal / "space", zero_gpu_env(rehearsal, hf_home), log, 900) as url:
-        page = page_config(url)
-        note = page["start-up"]["value"]
-        assert page["start-up"]["visible"] and f"{model_name(first.target)} could not be loaded (" in note
-        assert note.endswith(f"racing {second.label.split(' + ')[0]} instead.</div>")
-        assert first.label not in [label for label, _ in page["model-menu"]["choices"]]
-        result = race_pair(url, second.label)
-        assert "Model " in shown(result["info"]) and "Traceback" not in " ".join(shown(v) for v in result.values())
-    text = log.read_text()
+    url = rehearsed[1]
+    page = page_config(url)
+    note = page["start-up"]["value"]
+    assert page["start-up"]["visible"] and f"{model_name(first.target)} could not be loaded (" in note
+    assert note.endswith(f"racing {second.label.split(' + ')[0]} instead.</div>")
+    assert first.label not in [label for label, _ in page["model-menu"]["choices"]]
+    result = race_pair(url, second.label)
+    assert "Model " in shown(result["info"]) and "Traceback" not in " ".join(shown(v) for v in result.values())
+    text = (rehearsal / "space-without-first.log").read_text()
     assert f"Could not load {first.target} + {first.head}: " in text and "Traceback" not in text

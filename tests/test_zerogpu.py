@@ -72,6 +72,7 @@ def test_a_race_crosses_to_the_gpu_process_and_back_as_plain_data(zero_page, spa
     assert spaces.ledger.used("visitor") == spaces.calls[0].used * spaces.DURATION_FACTOR  # as ZeroGPU counts it
 
 
+@pytest.mark.slow
 def test_the_time_a_race_asks_for_grows_with_the_work_asked_for(zero_page, spaces):
     race_frames(zero_page, "the cat sat", Session())  # the first race times this pair
     for tokens in (8, 200):

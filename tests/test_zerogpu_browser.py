@@ -1,5 +1,6 @@
 """The exported ZeroGPU Space, started as a Space starts it, with the stand-in `spaces` (tests/zerogpu_standin: a
-forked GPU process per race, a 120-second daily quota) and driven in Chromium: ten default races in a row, then a
+forked GPU process per race, a 120-second daily quota) and driven in Chromium: ten default races in a row (two in the
+page, eight over the API from the same address: the same visitor to the quota), then a
 visitor near the end of their day is refused in words, and a race that outlives its reservation shows what it
 decoded. No "Error" badge ever shows. The tiny model stands in for the Space's pairs (the hub is out of reach)."""
 from __future__ import annotations
@@ -11,9 +12,11 @@ import sys
 from pathlib import Path
 
 import pytest
+from gradio_client import Client
 
 from ddd import new_head, save_head
 from explorer.deploy import export_space
+from explorer.layout import RACE_OUTPUTS
 from tests.conftest import ROOT, AppServer, free_port
 from tests.test_browser import CHROMIUM, OUT, Browser, open_on_example, text_of
 from tests.tiny import load_tiny
@@ -26,6 +29,7 @@ STAND_IN = ROOT / "tests" / "zerogpu_standin"
 SPACE_PYTHON = os.environ.get("DDD_SPACE_PYTHON", sys.executable)
 VISITOR = "127.0.0.1"
 METHODS = ("plain", "eagle2", "ddd")
+BROWSER_RACES = 2  # of the ten: the rest run over the API, where no replay plays after each
 # Gradio's own error state: the status tracker's "Error" badge on an output.
 ERROR_BADGES = "[...document.querySelectorAll('.error')].filter(e => e.innerText.trim() === 'Error').length"
 
@@ -85,10 +89,14 @@ def test_ten_default_races_then_a_refusal_then_an_abort_in_words(space, tmp_path
     browser = Browser(tmp_path / "profile")
     try:
         open_on_example(browser, space.url)
-        for n in range(10):  # the page's default settings: 128 new tokens, three columns
+        for n in range(BROWSER_RACES):  # the page's default settings: 128 new tokens, three columns
             run(browser, f"the cat sat {n}")
             finished(browser, f"the cat sat {n}")
             assert "refused" not in browser.js(text_of("message"))
+        client = Client(space.url, verbose=False)  # the same visitor (the same address), the /run's defaults
+        for n in range(BROWSER_RACES, 10):
+            result = dict(zip(RACE_OUTPUTS, client.predict(f"the cat sat {n}", api_name="/run")))
+            assert "refused" not in str(result["message"]) and result["summary"], str(result["message"])[:500]
         assert space.used() < 120 and browser.js(ERROR_BADGES) == 0
         calls = [line for line in space.log.read_text().splitlines() if line.startswith(f"ZeroGPU stand-in: {VISITOR}")]
         assert len(calls) == 10 and all(line.endswith(": done") for line in calls)
@@ -99,7 +107,8 @@ def test_ten_default_races_then_a_refusal_then_an_abort_in_words(space, tmp_path
         browser.wait_for(f"{text_of('message')}.includes('ZeroGPU refused this race')", 60, "the refusal")
         message = browser.js(text_of("message"))
         assert "2 s left today" in message and "Log in to Hugging Face" in message
-        assert "the cat sat 9" in browser.js("document.querySelector('.race-info').innerText")  # the last race stays
+        shown = f"the cat sat {BROWSER_RACES - 1}"  # the tab's last race stays
+        assert shown in browser.js("document.querySelector('.race-info').innerText")
         assert browser.js(ERROR_BADGES) == 0
 
         space.spend(0)  # a new day, and a GPU far slower than the races before
