@@ -17,6 +17,7 @@ from transformers import DynamicCache
 
 from .acceptance import Acceptance, TreeLogits, accept_greedy, accept_sampled, next_token
 from .costs import LADDER, CostMeter, StepCosts, meter_for
+from .devices import clock_after
 from .drafting import Draft, Drafter, DynamicTreeDrafter, HeadRunner, StaticTreeDrafter
 from .head import DraftHead
 from .kvcache import keep_cache
@@ -164,9 +165,7 @@ class Generation:
         return self._text
 
     def _sync(self) -> float:
-        if self.target.device.type == "cuda":
-            torch.cuda.synchronize()
-        return self.clock()
+        return clock_after(self.target.device, self.clock)
 
     def _ops_since(self) -> int:
         """Operations dispatched since the last call (0 when not counting)."""

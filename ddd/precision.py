@@ -167,14 +167,20 @@ def exact_attention(module: nn.Module, query: torch.Tensor, key: torch.Tensor, v
     return out.view(batch, heads, n, dim).to(query.dtype).transpose(1, 2).contiguous(), None
 
 
+def masked_gqa(device: torch.device) -> bool:
+    """Whether sdpa on `device` reads grouped key/value heads in place under a mask: a CPU's does; on a GPU the
+    memory-efficient kernel takes a mask but not grouped heads."""
+    return device.type == "cpu"
+
+
 def tree_attention(module: nn.Module, query: torch.Tensor, key: torch.Tensor, value: torch.Tensor,
                    attention_mask: torch.Tensor | None, scaling: float, dropout: float = 0.0,
                    **kwargs) -> tuple[torch.Tensor, None]:
     """transformers' sdpa attention, except for a masked forward (a draft tree) on a CPU: there the query heads
     that share a key/value head read it in place (`enable_gqa`) where transformers first repeats every key and
-    value head, six more operations a layer in each tree forward (the result is the same to the bit). On a GPU the
-    memory-efficient kernel takes a mask but not grouped heads, so there the repeat stays."""
-    if attention_mask is None or query.device.type != "cpu" or dropout:
+    value head, six more operations a layer in each tree forward (the result is the same to the bit). Elsewhere
+    (`masked_gqa`) the repeat stays."""
+    if attention_mask is None or dropout or not masked_gqa(query.device):
         return sdpa_attention_forward(module, query, key, value, attention_mask, scaling=scaling, dropout=dropout,
                                       **kwargs)
     if attention_mask.shape[-1] != key.shape[-2]:

@@ -20,7 +20,6 @@ import datetime as _dt
 import os
 import platform
 import sys
-import time
 from dataclasses import asdict
 from pathlib import Path
 from typing import Any
@@ -32,6 +31,7 @@ from transformers.utils import logging as hf_logging
 
 from ddd import metrics
 from ddd.catalog import resolve_head
+from ddd.devices import clock_after
 from ddd.engine import PromptError, encode_prompt, generate
 from ddd.head import HeadLoadError
 from ddd.models import ModelLoadError, load_target
@@ -47,9 +47,7 @@ WARMUP_TOKENS = 8
 # -- running -----------------------------------------------------------------------------------------
 
 def _sync(target) -> float:
-    if target.device.type == "cuda":
-        torch.cuda.synchronize(target.device)
-    return time.perf_counter()
+    return clock_after(target.device)
 
 
 def run_ours(target, head, spec: RunSpec, prompt: str, max_new_tokens: int, sampling,

@@ -30,6 +30,7 @@ from ddd import metrics
 from ddd.catalog import resolve_head
 from ddd.cli import model_arguments
 from ddd.costs import StepCosts, fit_verify, steps_of
+from ddd.devices import clock_after
 from ddd.engine import encode_prompt, generate
 from ddd.head import DraftHead, HeadLoadError
 from ddd.numbers import readable
@@ -138,14 +139,12 @@ class BudgetReport:
         return max(pool, key=lambda c: c.speedup)
 
 
-def _ms(fn, repeats: int) -> float:
+def _ms(fn, repeats: int, device: torch.device) -> float:
     times = []
     for _ in range(repeats):
         start = time.perf_counter()
         fn()
-        if torch.cuda.is_available():
-            torch.cuda.synchronize()
-        times.append((time.perf_counter() - start) * 1e3)
+        times.append((clock_after(device) - start) * 1e3)
     return statistics.median(times)
 
 
@@ -183,7 +182,7 @@ def time_target(target: Target, prompt: str = CALIBRATION_PROMPTS[0], sizes=SIZE
     times: dict[tuple[str, int], list[float]] = {key: [] for key in jobs}
     for round_ in range(repeats + 1):  # the first round warms up
         for key, job in jobs.items():
-            ms = _ms(job, 1)
+            ms = _ms(job, 1, target.device)
             if round_:
                 times[key].append(ms)
     median = {key: statistics.median(values) for key, values in times.items()}
