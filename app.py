@@ -105,7 +105,7 @@ def main(argv: list[str] | None = None) -> None:
         if page.runner.gpu is not None:
             time_start_up(models, page.runner.race, page.runner.measure, page.runner.gpu, [None, *others])
         tree = opening_preset(models, args.preset).values
-        for choice in [None, *others]:  # the queue's first estimates (explorer.queueing)
+        for choice in [None, *(c for c in others if models.pinned_choice(c))]:  # the queue's first estimates
             page.runner.time_a_race(tree, choice)
     page.lesson.prepare()
     page.demo.launch(server_name=args.host, server_port=args.port, css=CSS, allowed_paths=[str(EXAMPLES_DIR)],

@@ -10,7 +10,7 @@ from collections.abc import Hashable
 from dataclasses import dataclass
 
 QUEUE_SIZE = 64  # races running or waiting at most; past it Run says the queue is full
-RECENT = 16  # races the estimates come from
+RECENT = 5  # the latest races the estimates come from: a busy machine slows them all, so the latest say most
 SAME_LENGTH = 3  # races of a pair and length it takes to estimate from them alone: one slow race is not the rule
 # The race with the turn has run longer than its estimate: at least this share of the estimate is still counted.
 OVERRUN_SHARE = 0.1
@@ -64,6 +64,11 @@ class RaceLine:
                 self._changed.wait(wait_s)
             return self._line.index(ticket)
 
+    def waiting(self) -> int:
+        """Races in the line without the turn."""
+        with self._changed:
+            return max(len(self._line) - 1, 0)
+
     def wait_s(self, ticket: Ticket) -> float | None:
         """About how long until `ticket` gets the turn; None before any race has been timed."""
         with self._changed:
@@ -74,19 +79,22 @@ class RaceLine:
         with self._changed:
             self._done.append((work, seconds))
 
-    def leave(self, ticket: Ticket, finished: bool) -> None:
+    def leave(self, ticket: Ticket, finished: bool) -> float | None:
         """`ticket` leaves the line; when it held the turn and `finished` its race, its time joins the estimates (a
-        stopped race's would make them too short)."""
+        stopped race's would make them too short). Returns how long it held the turn (None: it never had it)."""
         with self._changed:
             if ticket not in self._line:
-                return
+                return None
+            held = None
             if self._line.index(ticket) == 0:
-                if finished and ticket.front_at is not None:
-                    self._done.append((ticket.work, time.monotonic() - ticket.front_at))
+                held = time.monotonic() - ticket.front_at if ticket.front_at is not None else None
+                if finished and held is not None:
+                    self._done.append((ticket.work, held))
                 if len(self._line) > 1:
                     self._line[1].front_at = time.monotonic()
             self._line.remove(ticket)
             self._changed.notify_all()
+            return held
 
     def estimate_s(self, work: Work) -> float | None:
         with self._changed:

@@ -97,9 +97,13 @@ class Runner:
             if (yield from self._wait_for_turn(ticket, session)):
                 finished = yield from self._race(request, shade, mode, session)
         finally:
-            self.line.leave(ticket, finished)
+            held = self.line.leave(ticket, finished)
             session.busy = session.waiting = False
             session.clear_stop()
+        if held is not None:  # the queue's health, in the server's log
+            print(f"A race of {request.max_new_tokens} tokens and {len(request.entries)} runs held the turn "
+                  f"{held:.1f} s{'' if finished else ' (it did not run to its end)'}; {self.line.waiting()} waiting.",
+                  flush=True)
 
     def time_a_race(self, tree: Mapping[str, Any], choice: ModelChoice | None = None) -> None:
         """Before the first visitor, charged to none: a short race of `tree` on `choice`'s pair, the way a visitor's
@@ -113,7 +117,7 @@ class Runner:
         ticket = self.line.join(Work(self._key(request), request.max_new_tokens, len(request.entries)))
         finished = False
         try:
-            for _ in self._race(request, True, DEFAULT_MODE, session):
+            for _ in self._race(request, True, DEFAULT_MODE, session, visitor=False):
                 pass
             finished = session.fresh  # every run went to its end
         except Exception as err:  # noqa: BLE001 - the app must start regardless
@@ -137,8 +141,10 @@ class Runner:
         session.waiting = False
         return True
 
-    def _race(self, request: RaceRequest, shade: bool, mode: str, session: Session) -> Generator[dict, None, bool]:
-        """The race, shown; True when every run went to its end (its time then joins the queue's estimates)."""
+    def _race(self, request: RaceRequest, shade: bool, mode: str, session: Session,
+              visitor: bool = True) -> Generator[dict, None, bool]:
+        """The race, shown; True when every run went to its end (its time then joins the queue's estimates). A race
+        of no `visitor` leaves ZeroGPU's paces to the start-up's timing (explorer.racing.time_start_up)."""
         live, methods = LiveRace(), tuple(request.entries)
         if self.gpu is not None:
             too_long = self._ask_gpu(request, session)
@@ -150,7 +156,7 @@ class Runner:
             shown = yield from self._events(request, live, methods, shade, mode, session)
         except gr.Error as err:  # ZeroGPU refused the race or ended it: part of its story, not an error state
             answer = GpuAnswer.read(err)
-        if self.gpu is not None:
+        if self.gpu is not None and visitor:
             self._charge(request, live, answer, time.perf_counter() - start, session)
         note = refusal_words(answer, self.gpu or GpuTime(), self._key(request), methods) if answer else ""
         if answer is not None and answer.kind == "quota":  # nothing ran: the race shown before stays
