@@ -5,8 +5,9 @@ where they stand in the queue while waiting, and nobody gets an error.
 
 The test command runs CLASS_STUDENTS students arriving over CLASS_WINDOW_S; `DDD_CLASS_STUDENTS=30
 DDD_CLASS_WINDOW_S=120` runs the full class (`DDD_CLASS_TOKENS`: each race's new tokens, 12 by default;
-`DDD_CLASS_MODEL=default`: the CPU Space on its default model) (docs/app.md, "A class at once", has the figures). Each student's
-time to the first page, wait in the queue, race time and errors are printed with their p50 and p95.
+`DDD_CLASS_MODEL=default`: the CPU Space on its default model; docs/app.md, "A class at once", has the figures).
+Each student's time to the first page, wait in the queue, race time and errors are printed with their p50 and p95,
+and each student's places, first estimate and wait.
 """
 from __future__ import annotations
 
@@ -138,8 +139,9 @@ def hold_class(url: str, name: str) -> list[Student]:
         thread.start()
     for thread in threads:
         thread.join(timeout=1800)
-    print(f"\n{name}: {STUDENTS} students over {WINDOW_S:.0f} s racing {TOKENS} tokens each, done in {time.monotonic() - start:.0f} s; "
-          f"first page {percentiles([s.page_s for s in students])}; queue wait {percentiles([s.wait_s for s in students])}; "
+    print(f"\n{name}: {STUDENTS} students over {WINDOW_S:.0f} s racing {TOKENS} tokens each, done in "
+          f"{time.monotonic() - start:.0f} s; first page {percentiles([s.page_s for s in students])}; "
+          f"queue wait {percentiles([s.wait_s for s in students])}; "
           f"race {percentiles([s.race_s for s in students])}; errors {sum(len(s.errors) for s in students)}; "
           f"places shown in the queue: up to {max((max(s.ranks) for s in students if s.ranks), default=0)}; "
           f"waits within 0.5-1.5x of the first estimate: {len(well_told(students))} of {len(waited(students))}")

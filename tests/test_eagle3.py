@@ -160,7 +160,9 @@ def test_official_checkpoint_loads_in_both_formats(tmp_path, llama, llama_eagle3
     assert run.token_ids == plain.token_ids and run.trace.summary["tau"] > 1.3
 
 
-@pytest.mark.parametrize("method", ["eagle", "eagle2", "ddd", "cost"])
+# The inner loop (pytest -m "not slow") runs DDD; the test command every method.
+@pytest.mark.parametrize("method", [pytest.param(m, marks=() if m == "ddd" else pytest.mark.slow)
+                                    for m in ("eagle", "eagle2", "ddd", "cost")])
 def test_greedy_equals_plain_greedy(tmp_path, llama, llama_eagle3_head, method):
     head = load_head(save_head(llama_eagle3_head, tmp_path), llama)
     runs = runs_equal_to_plain(llama, head, PROMPTS[:3] + UNSEEN, [(method, s) for s in TREE_SETTINGS[method]], 40)

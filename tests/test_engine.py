@@ -186,7 +186,9 @@ def test_the_target_cache_keeps_the_prefix_and_the_accepted_nodes_in_order(kept,
     assert cache.get_seq_length() == past + len(kept)
 
 
-@pytest.mark.parametrize("precision", ["bfloat16", "float16", "int8"])
+# The inner loop runs int8, the app's CPU precision; the test command every one.
+@pytest.mark.parametrize("precision", [pytest.param("bfloat16", marks=pytest.mark.slow),
+                                       pytest.param("float16", marks=pytest.mark.slow), "int8"])
 def test_greedy_equals_plain_greedy_in_every_precision(tiny_llama_dir, llama_head, precision):
     import copy
 

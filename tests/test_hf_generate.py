@@ -34,7 +34,10 @@ RUNS = [(model, head, method) for model, head in (("llama", "llama_head"), ("qwe
 RUNS += [("llama", "llama_eagle3_head", method) for method in METHODS[1:]]
 
 
-@pytest.mark.parametrize("model, head, method", RUNS, ids=["-".join(run) for run in RUNS])
+# The inner loop (pytest -m "not slow") runs the Llama model with its EAGLE head; the test command every run.
+@pytest.mark.parametrize("model, head, method", [
+    pytest.param(*run, id="-".join(run), marks=() if run[:2] == ("llama", "llama_head") else pytest.mark.slow)
+    for run in RUNS])
 def test_greedy_generate_returns_plain_generates_tokens(request, model, head, method):
     target, head = request.getfixturevalue(model), request.getfixturevalue(head)
     for prompt in PROMPTS[:3]:

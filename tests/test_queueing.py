@@ -97,7 +97,8 @@ def test_a_full_line_refuses_in_a_sentence_that_says_when_to_try_again():
     line.record(SHORT, 5.0)
     line.join(SHORT)
     line.join(SHORT)
-    with pytest.raises(QueueFull, match=r"The queue is full: 2 races .* Try again when one has finished \(about \d+ s\)"):
+    full = r"The queue is full: 2 races .* Try again when one has finished \(about \d+ s\)"
+    with pytest.raises(QueueFull, match=full):
         line.join(SHORT)
 
 

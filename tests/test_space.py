@@ -150,7 +150,7 @@ def serving_all(python: Path, starts: list[tuple[Path, dict, Path]], timeout: fl
         for (proc, log), url in zip(procs, urls):
             while True:
                 assert proc.poll() is None, f"app.py exited:\n{log.read_text()[-3000:]}"
-                assert time.monotonic() < deadline, f"app.py did not serve within {timeout} s:\n{log.read_text()[-3000:]}"
+                assert time.monotonic() < deadline, f"no answer within {timeout} s:\n{log.read_text()[-3000:]}"
                 try:
                     with urllib.request.urlopen(url, timeout=2) as reply:
                         if reply.status == 200:
