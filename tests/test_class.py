@@ -38,6 +38,9 @@ TOKENS = int(os.environ.get("DDD_CLASS_TOKENS", "12"))  # each student's race: n
 # DDD_CLASS_MODEL=default: the CPU Space races its own default model (int8), as the hosted one does.
 DEFAULT_MODEL = os.environ.get("DDD_CLASS_MODEL") == "default"
 TOLD_CLASS = 10  # students who waited, at least, for the estimates' 80% to be checked
+# A waiting student's first line comes within a second (0.7 s at most in a class of 30 on this 2-core machine, alone);
+# the test command runs another worker's tests beside the class, so it allows two.
+FIRST_LINE_S = float(os.environ.get("DDD_CLASS_FIRST_LINE_S", "2"))
 EXAMPLE = "Maths: step by step, five decoders"
 TRY_IT = "?example=maths&threshold=-1"
 
@@ -152,8 +155,8 @@ def hold_class(url: str, name: str) -> list[Student]:
 
 
 def waited(students: list[Student]) -> list[Student]:
-    """The students who waited for others' races (more than a second)."""
-    return [s for s in students if s.wait_s > 1.0]
+    """The students who waited for others' races: shown a place, or kept from their race for over FIRST_LINE_S."""
+    return [s for s in students if s.ranks or s.wait_s > FIRST_LINE_S]
 
 
 def well_told(students: list[Student]) -> list[Student]:
@@ -164,11 +167,11 @@ def well_told(students: list[Student]) -> list[Student]:
 def check(students: list[Student]) -> None:
     assert [(s.number, s.errors) for s in students if s.errors] == []
     assert all(s.page_s > 0 and s.race_s > 0 for s in students)
-    # Whoever waits is told their place and a wait within their first second; in a class (at least TOLD_CLASS
+    # Whoever waits is told their place and a wait within FIRST_LINE_S; in a class (at least TOLD_CLASS
     # waited) the wait they were told holds within 0.5-1.5x for at least 80% of them. A few waits alone are too few
     # to judge an estimate by: one race slowed by a neighbour's lesson moves them all.
     late = [(s.number, s.first_line_s, s.first_estimate_s) for s in waited(students)
-            if s.first_line_s is None or s.first_line_s > 1.0 or s.first_estimate_s is None]
+            if s.first_line_s is None or s.first_line_s > FIRST_LINE_S or s.first_estimate_s is None]
     assert late == []
     if len(waited(students)) >= TOLD_CLASS:
         assert len(well_told(students)) >= 0.8 * len(waited(students)), [
