@@ -10,8 +10,8 @@ from collections.abc import Hashable
 from dataclasses import dataclass
 
 QUEUE_SIZE = 64  # races running or waiting at most; past it Run says the queue is full
-RECENT = 5  # the latest races the estimates come from: a busy machine slows them all, so the latest say most
-SAME_LENGTH = 3  # races of a pair and length it takes to estimate from them alone: one slow race is not the rule
+RECENT = 16  # the latest races the estimates come from
+SAME_LENGTH = 3  # races of a pair and length it takes to estimate from them alone
 # The race with the turn has run longer than its estimate: at least this share of the estimate is still counted.
 OVERRUN_SHARE = 0.1
 
@@ -102,13 +102,15 @@ class RaceLine:
 
     def _estimate(self, work: Work) -> float | None:
         pair = [(w, s) for w, s in self._done if w.key == work.key]
+        # Means, not medians: a wait adds up the races ahead, and a race that runs to its last token where most end
+        # early (five times as long, on the default model) counts in that sum as often as it comes.
         same = [s for w, s in pair if (w.tokens, w.runs) == (work.tokens, work.runs)]
         if len(same) >= SAME_LENGTH:
-            return statistics.median(same)
+            return statistics.fmean(same)
         known = pair or list(self._done)
         if not known:
             return None
-        return statistics.median(s / (w.tokens * w.runs) for w, s in known) * work.tokens * work.runs
+        return statistics.fmean(s / (w.tokens * w.runs) for w, s in known) * work.tokens * work.runs
 
     def _left_s(self, index: int) -> float | None:
         """The time left in the first `index` races of the line: the rest of the turn's race, then the others."""
