@@ -49,7 +49,7 @@ class RaceLine:
     def join(self, work: Work) -> Ticket:
         with self._changed:
             if len(self._line) >= self.capacity:
-                left = self._left_s(len(self._line))
+                left = self._left_s(1)  # the rest of the race that has the turn
                 when = f" (about {left:.0f} s)" if left is not None else ""
                 raise QueueFull(f"The queue is full: {self.capacity} races are running or waiting, as many as this "
                                 f"app takes. Try again when one has finished{when}.")

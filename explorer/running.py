@@ -87,7 +87,7 @@ class Runner:
                               checked.sampling,
                               checked.precision or self.models.default_precision(), session.stop_file, session.choice)
         try:
-            ticket = self.line.join(Work(self._key(request), request.max_new_tokens, len(request.entries)))
+            ticket = self.line.join(self._work(request))
         except QueueFull as full:
             session.busy = False
             yield self._error(session, str(full))
@@ -114,7 +114,7 @@ class Runner:
         precision = self.models.default_precision()
         request = RaceRequest(WARM_UP_PROMPT, race_entries(tree), WARM_UP_TOKENS, Sampling(), precision,
                               session.stop_file, choice)
-        ticket = self.line.join(Work(self._key(request), request.max_new_tokens, len(request.entries)))
+        ticket = self.line.join(self._work(request))
         finished = False
         try:
             for _ in self._race(request, True, DEFAULT_MODE, session, visitor=False):
@@ -203,6 +203,10 @@ class Runner:
 
     def _key(self, request: RaceRequest) -> Key:
         return self.models.key(request.choice, request.precision)
+
+    def _work(self, request: RaceRequest) -> Work:
+        """What the race asks of the line: its pair, new tokens and runs (explorer.queueing)."""
+        return Work(self._key(request), request.max_new_tokens, len(request.entries))
 
     def _ask_gpu(self, request: RaceRequest, session: Session) -> str:
         """Size the race's GPU time from this Space's races (request.gpu_seconds); the words for a race that ZeroGPU

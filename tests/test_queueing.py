@@ -98,8 +98,9 @@ def test_a_full_line_refuses_in_a_sentence_that_says_when_to_try_again():
     line.join(SHORT)
     line.join(SHORT)
     full = r"The queue is full: 2 races .* Try again when one has finished \(about \d+ s\)"
-    with pytest.raises(QueueFull, match=full):
+    with pytest.raises(QueueFull, match=full) as refused:
         line.join(SHORT)
+    assert "(about 5 s)" in str(refused.value)  # when the race with the turn ends, not the whole line
 
 
 def test_the_waiting_line_names_the_place_and_the_wait():
