@@ -2,12 +2,14 @@
 from __future__ import annotations
 
 import json
+import time
 from pathlib import Path
 
 import pytest
 
 import app
 from components import Race, load_race
+from components.replay import duration, frame_times
 from components.inputs import MAX_PROMPT_CHARS
 from ddd import save_head
 from ddd.settings import method_settings
@@ -16,6 +18,7 @@ from explorer.layout import RACE_OUTPUTS
 from explorer.models import ModelConfig, Models
 from explorer.page import build_page
 from explorer.presets import MEASURED, race_entries
+from explorer.running import REPLAY_FPS
 from explorer.sessions import Session
 from tests.tiny import RACE_SETTINGS as SETTINGS
 from tests.tiny import TREE_MODE, message_of, race_frames, race_stopped_once_started
@@ -114,6 +117,19 @@ def test_replay_plays_all_three_at_their_pace(page):
     assert page.runner.request_stop(session) == "Replay stopped."
     rest = list(replay)
     assert len(rest) <= 2 and not session.replaying
+
+
+def test_a_replay_behind_the_clock_drops_frames_and_keeps_the_race_pace(page):
+    session = Session()
+    race_frames(page, "the cat sat", session)
+    played, start = [], time.perf_counter()
+    for frame in page.runner.replay(True, "0.1×", session):  # a busy server: each frame takes three frames' time
+        played.append(page.ui.named(frame))
+        time.sleep(3 / REPLAY_FPS)
+    shown = len(frame_times(session.race, fps=REPLAY_FPS, speed=0.1))
+    assert shown >= 8 and len(played) - 1 < shown / 2  # the last frame is the message's
+    assert time.perf_counter() - start < duration(session.race) / 0.1 + 1.5
+    assert all("finished" in played[-2][f"cnt_{m}"] for m in ("plain", "eagle2", "ddd"))
 
 
 def test_examples_load_without_a_model():
