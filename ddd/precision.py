@@ -22,8 +22,12 @@ from transformers import AttentionInterface, PreTrainedModel
 from transformers.integrations.sdpa_attention import sdpa_attention_forward
 from transformers.masking_utils import AttentionMaskInterface, eager_mask, sdpa_mask
 
-EXACT_ATTENTION = "ddd_exact"
-TREE_ATTENTION = "ddd_sdpa"
+# transformers keeps one registry of attention functions per process. A copy of this module (the export-generate
+# folder, which transformers loads as remote code) registers its functions under names of its own, so that loading
+# that folder does not put its functions under this package's models, nor this package's under its.
+_COPY = "" if __name__ == "ddd.precision" else "_" + "".join(c if c.isalnum() else "_" for c in __name__)
+EXACT_ATTENTION = "ddd_exact" + _COPY
+TREE_ATTENTION = "ddd_sdpa" + _COPY
 
 
 class Int8Linear(nn.Module):

@@ -2,9 +2,11 @@
 (trust_remote_code=True), offline, with a copy of the engine beside its generate.py."""
 import pytest
 import torch
+from transformers import AttentionInterface
 
 from ddd.cli import main
 from ddd.export_generate import PACKAGE, REQUIREMENTS, engine_modules, export_generate
+from ddd.precision import EXACT_ATTENTION, TREE_ATTENTION, exact_attention, tree_attention
 from ddd.settings import METHOD_DECLARATIONS, METHODS
 from tests.tiny import PROMPTS, TREE_SETTINGS
 
@@ -34,6 +36,20 @@ def test_the_folder_decodes_through_generate_as_plain_generate(folder, offline, 
                                method=method, max_new_tokens=32, return_dict_in_generate=True, **settings)
     assert torch.equal(out.sequences, llama.model.generate(ids, max_new_tokens=32, do_sample=False))
     assert out.trace.method == method and out.trace.summary["tau"] > 1
+
+
+def test_loading_the_folder_leaves_the_packages_attention_functions_registered(folder, offline, llama, llama_head,
+                                                                                tmp_path):
+    """transformers' attention registry is one per process: the folder's copy of the engine registers its own."""
+    from ddd import save_head
+
+    ids = torch.tensor([[1, 2, 3]])
+    llama.model.generate(ids, custom_generate=str(folder), trust_remote_code=True, head=str(save_head(
+        llama_head, tmp_path / "head")), method="eagle2", max_new_tokens=4)
+    registered = AttentionInterface._global_mapping
+    assert registered[TREE_ATTENTION] is tree_attention and registered[EXACT_ATTENTION] is exact_attention
+    copies = [name for name in registered if name.startswith("ddd_sdpa_")]
+    assert copies and all(registered[name] is not tree_attention for name in copies)
 
 
 def test_the_folder_is_refused_without_trust_remote_code(folder, offline, llama):
