@@ -5,13 +5,15 @@ and every value it returns or yields pickled; the duration asked for is schedule
 refused when that exceeds what is left of the visitor's daily quota ("You have exceeded your ZeroGPU quota (Xs
 requested vs. Ys left)", X the scheduled seconds); the time a call uses is deducted, counted times the factor too;
 a call that outlives its scheduled time is ended ("GPU task aborted"). Both raise gr.Error, in the caller's
-process, as ZeroGPU does.
+process, as ZeroGPU does. The time a call uses is its process's CPU time: a GPU is the call's alone, while this
+stand-in's process shares the machine's cores with whatever runs beside it (another test's servers), and the time it
+waits for a core is no work of its own.
 
 The visitor is the Gradio request's client; a call outside any request (the app's start-up) is charged to nobody.
 SPACES_QUOTA_S sets the daily quota (default 120, a visitor who is not logged in), SPACES_DURATION_FACTOR the duration
 factor (default 1.5); SPACES_LEDGER names a JSON file
 that keeps what each visitor used (so that a test can read it, or start a visitor part-way through their day); while
-the file SPACES_SLOW_FILE names exists, the GPU process waits the seconds it holds before sending each value (a GPU
+the file SPACES_SLOW_FILE names exists, the GPU process works the seconds it holds before sending each value (a GPU
 slower than the races before showed: how a test makes a call outlive its duration).
 Put this folder (tests/zerogpu_standin) on PYTHONPATH to run an exported ZeroGPU Space with it.
 """
@@ -37,6 +39,8 @@ import torch
 DEFAULT_DURATION_S = 60
 DAY_S = 86400
 DURATION_FACTOR = float(os.environ.get("SPACES_DURATION_FACTOR", 1.5))
+# A call that has not used its time after this many times it in wall time waits on something other than work: ended.
+WALL_SLACK = 10
 
 
 @dataclass
@@ -126,13 +130,25 @@ def _child(conn: Any, task: Callable, payload: bytes, slow_s: float) -> None:
         args, kwargs = pickle.loads(payload)
         result = task(*args, **kwargs)
         for value in (result if inspect.isgenerator(result) else [result]):
-            time.sleep(slow_s)
+            busy_until = time.process_time() + slow_s
+            while time.process_time() < busy_until:  # work, not sleep: the call's time is its CPU time
+                pass
             conn.send(("value", value))
-        conn.send(("end", None))
+        conn.send(("end", time.process_time()))
     except BaseException as err:  # noqa: BLE001 - sent to the caller, as ZeroGPU does
         conn.send(("error", f"{type(err).__name__}: {err}"))
     finally:
         conn.close()
+
+
+def _cpu_seconds(pid: int) -> float:
+    """The CPU time process `pid` has used (proc(5): utime and stime, the 14th and 15th fields of /proc/PID/stat);
+    0 once it is gone."""
+    try:
+        fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+    except OSError:
+        return 0.0
+    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
 
 
 def _run(task: Callable, duration: Any, args: tuple, kwargs: dict):
@@ -158,16 +174,17 @@ def _run(task: Callable, duration: Any, args: tuple, kwargs: dict):
     send.close()
     try:
         while True:
-            if not receive.poll(max(start + scheduled - time.monotonic(), 0)):
-                call.outcome = "aborted"
-                raise gr.Error("GPU task aborted", title="ZeroGPU worker error", print_exception=False)
+            while not receive.poll(max(scheduled - _cpu_seconds(process.pid), 0)):
+                if _cpu_seconds(process.pid) >= scheduled or time.monotonic() > start + WALL_SLACK * scheduled:
+                    call.outcome = "aborted"
+                    raise gr.Error("GPU task aborted", title="ZeroGPU worker error", print_exception=False)
             try:
                 kind, value = receive.recv()
             except EOFError:
                 call.outcome = "failed"
                 raise gr.Error("GPU task aborted", title="ZeroGPU worker error", print_exception=False) from None
             if kind == "end":
-                call.outcome = "done"
+                call.outcome, call.used = "done", min(value, scheduled)
                 return
             if kind == "error":
                 call.outcome = "failed"
@@ -176,10 +193,11 @@ def _run(task: Callable, duration: Any, args: tuple, kwargs: dict):
     finally:
         if call.outcome == "running":
             call.outcome = "closed"
+        if call.outcome != "done":
+            call.used = scheduled if call.outcome == "aborted" else min(_cpu_seconds(process.pid), scheduled)
         process.kill()
         process.join()
         receive.close()
-        call.used = min(time.monotonic() - start, scheduled)
         if visitor is not None:
             ledger.charge(visitor, call.used * DURATION_FACTOR)
         print(f"ZeroGPU stand-in: {visitor or 'start-up'} asked {asked} s ({scheduled} s scheduled), used "
