@@ -217,8 +217,10 @@ def test_run_on_the_space_says_what_is_missing_and_both_fixes(space):
 # ---------------------------------------------------------------------------------------------------------
 
 STAND_IN = ROOT / "tests" / "zerogpu_standin"
-# A Space on this CPU races in the precision the app starts in here; the tree small enough for the tiny replicas.
-SPACE_RACE = [8, 0.0, 1.0, 0, "int8", 4, 4, 20, 8, "3,5,7", -0.3, False, 0.05, 0.1, 0.04, False]
+# The rehearsed Space computes in float32 (DDD_DTYPE): on a CPU that is the native kernels and attention a GPU runs in
+# float16 (ddd/precision.py apply_precision), where the CPU's own int8 would time the replicas' 49k-token LM head in
+# float64 at start-up. The tree small enough for the tiny replicas.
+SPACE_RACE = [8, 0.0, 1.0, 0, "float32", 4, 4, 20, 8, "3,5,7", -0.3, False, 0.05, 0.1, 0.04, False]
 
 
 @pytest.fixture(scope="module")
@@ -234,7 +236,8 @@ def rehearsal(tmp_path_factory) -> Path:
 
 
 def zero_gpu_env(work: Path, hf_home: Path) -> dict:
-    return {**hub_env(work), "HF_HOME": str(hf_home), "PYTHONPATH": str(STAND_IN), "SPACES_QUOTA_S": "3600"}
+    return {**hub_env(work), "HF_HOME": str(hf_home), "PYTHONPATH": str(STAND_IN), "SPACES_QUOTA_S": "3600",
+            "DDD_DTYPE": "float32"}
 
 
 def page_config(url: str) -> dict[str, dict]:
@@ -286,7 +289,7 @@ def test_the_zerogpu_export_starts_offline_on_its_preloads_and_races_every_pair(
     assert not page["start-up"]["visible"]
     for pair in pairs:
         result = race_pair(url, pair.label)
-        assert f"Model {pair.target} (int8" in shown(result["info"]), (pair.label, shown(result["message"]))
+        assert f"Model {pair.target} (float32" in shown(result["info"]), (pair.label, shown(result["message"]))
         assert "Traceback" not in " ".join(shown(v) for v in result.values())
     text = (rehearsal / "space.log").read_text()
     assert "Could not load" not in text and "Traceback" not in text
