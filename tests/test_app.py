@@ -122,13 +122,18 @@ def test_replay_plays_all_three_at_their_pace(page):
 def test_a_replay_behind_the_clock_drops_frames_and_keeps_the_race_pace(page):
     session = Session()
     race_frames(page, "the cat sat", session)
+    stretch = 2.0 / duration(session.race)  # as if the race had taken 2 s: 16 frames to show
+    for trace in session.race.traces.values():
+        for step in trace.steps:
+            step.draft_ms, step.verify_ms, step.other_ms = (t * stretch for t in (step.draft_ms, step.verify_ms,
+                                                                                  step.other_ms))
     played, start = [], time.perf_counter()
-    for frame in page.runner.replay(True, "0.1×", session):  # a busy server: each frame takes three frames' time
+    for frame in page.runner.replay(True, "1×", session):  # a busy server: each frame takes three frames' time
         played.append(page.ui.named(frame))
         time.sleep(3 / REPLAY_FPS)
-    shown = len(frame_times(session.race, fps=REPLAY_FPS, speed=0.1))
-    assert shown >= 8 and len(played) - 1 < shown / 2  # the last frame is the message's
-    assert time.perf_counter() - start < duration(session.race) / 0.1 + 1.5
+    shown = len(frame_times(session.race, fps=REPLAY_FPS))
+    assert len(played) - 1 < shown / 2  # the last frame is the message's
+    assert time.perf_counter() - start < duration(session.race) + 1.5
     assert all("finished" in played[-2][f"cnt_{m}"] for m in ("plain", "eagle2", "ddd"))
 
 
