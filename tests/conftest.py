@@ -85,16 +85,16 @@ def free_port() -> int:
 
 
 class AppServer:
-    """`python app.py` on the tiny model, on 127.0.0.1 and a free port."""
+    """`python app.py` on the tiny model (or, given None, the default pair), on 127.0.0.1 and a free port."""
 
-    def __init__(self, model_dir: Path, head_dir: Path, log: Path, env: dict | None = None):
+    def __init__(self, model_dir: Path | None, head_dir: Path | None, log: Path, env: dict | None = None):
         self.port = free_port()
         self.url = f"http://127.0.0.1:{self.port}/"
         self.log = log
         full_env = {**os.environ, "OMP_NUM_THREADS": "1", "GRADIO_ANALYTICS_ENABLED": "False", **(env or {})}
         self.proc = subprocess.Popen(
-            [sys.executable, str(ROOT / "app.py"), "--model", str(model_dir), "--head", str(head_dir),
-             "--preset", CPU_PRESET, "--host", "127.0.0.1", "--port", str(self.port)],
+            [sys.executable, str(ROOT / "app.py"), *(["--model", str(model_dir), "--head", str(head_dir)]
+                                                     if model_dir else []), "--preset", CPU_PRESET, "--host", "127.0.0.1", "--port", str(self.port)],
             cwd=ROOT, env=full_env, stdout=log.open("w"), stderr=subprocess.STDOUT)
 
     def wait(self, timeout: float = 120) -> "AppServer":

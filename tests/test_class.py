@@ -120,7 +120,7 @@ def attend(url: str, student: Student, arrive_at: float) -> None:
         final = dict(zip(RACE_OUTPUTS, job.result()))
         student.done_at = time.monotonic()
         student.race_s = student.done_at - asked - student.wait_s
-        message = final["message"].get("value", "") if isinstance(final["message"], dict) else ""
+        message = str(final["message"].get("value", "") if isinstance(final["message"], dict) else final["message"])
         rows = [row[0] for row in final["summary"]["data"]] if isinstance(final["summary"], dict) else []
         if "error-box" in str(message) or rows != ["Plain", "EAGLE-2", "DDD"]:
             student.errors.append(str(message)[:200] or "the race did not finish")

@@ -182,7 +182,7 @@ def test_a_mutated_file_through_the_apps_load_button_gets_a_race_or_a_message(pa
     path = tmp_path / "fuzzed.json"
     path.write_text(json.dumps(data))
     out = page.ui.named(page.viewer.load_file(str(path), True, TREE_MODE, None))
-    message = out["message"].get("value", "") if isinstance(out["message"], dict) else ""
+    message = str(out["message"].get("value", "") if isinstance(out["message"], dict) else out["message"])
     try:
         race_from_data(json.loads(path.read_text()), SOURCE)
     except RaceFileError as err:

@@ -141,7 +141,7 @@ def _child(conn: Any, task: Callable, payload: bytes, slow_s: float) -> None:
         conn.close()
 
 
-def _cpu_seconds(pid: int) -> float:
+def cpu_seconds(pid: int) -> float:
     """The CPU time process `pid` has used (proc(5): utime and stime, the 14th and 15th fields of /proc/PID/stat);
     0 once it is gone."""
     try:
@@ -174,8 +174,8 @@ def _run(task: Callable, duration: Any, args: tuple, kwargs: dict):
     send.close()
     try:
         while True:
-            while not receive.poll(max(scheduled - _cpu_seconds(process.pid), 0)):
-                if _cpu_seconds(process.pid) >= scheduled or time.monotonic() > start + WALL_SLACK * scheduled:
+            while not receive.poll(max(scheduled - cpu_seconds(process.pid), 0)):
+                if cpu_seconds(process.pid) >= scheduled or time.monotonic() > start + WALL_SLACK * scheduled:
                     call.outcome = "aborted"
                     raise gr.Error("GPU task aborted", title="ZeroGPU worker error", print_exception=False)
             try:
@@ -194,7 +194,7 @@ def _run(task: Callable, duration: Any, args: tuple, kwargs: dict):
         if call.outcome == "running":
             call.outcome = "closed"
         if call.outcome != "done":
-            call.used = scheduled if call.outcome == "aborted" else min(_cpu_seconds(process.pid), scheduled)
+            call.used = scheduled if call.outcome == "aborted" else min(cpu_seconds(process.pid), scheduled)
         process.kill()
         process.join()
         receive.close()
