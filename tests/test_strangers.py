@@ -4,7 +4,7 @@ or reading the lesson first. Nobody meets an error or an exception; every crafte
 words; whoever waits is shown their place, which only ever comes nearer (first come, first served); the server's disk (its page store
 inside Gradio's cache) and memory stay bounded.
 
-The test command runs 40 strangers over 60 s (about a minute and a half beside another worker's tests); each costs the
+The test command runs 40 strangers over 60 s (104 s beside another worker's tests, 63 s alone); each costs the
 server about 2 s of CPU on the tiny model, most of it Gradio's own, so `DDD_STRANGERS=100` (over the same minute) takes
 about four minutes. `DDD_STRANGERS_WINDOW_S` spreads them, and `DDD_STRANGERS_MODEL=default` serves the app's own
 default model (int8) instead (docs/app.md, "Strangers"). A Run the full line refuses ("The queue is full") is counted
