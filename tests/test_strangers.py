@@ -1,8 +1,8 @@
 """Strangers sharing one Space: STRANGERS visitors arriving over WINDOW_S on the tiny model, each racing and doing
 one thing more: pressing Stop on their race, loading a recorded race or a crafted one, saving the race as a page,
 or reading the lesson first. Nobody meets an error or an exception; every crafted file is refused in the page's
-words; whoever waits is shown their place, which only ever comes nearer (first come, first served); the server's disk (its page store
-inside Gradio's cache) and memory stay bounded.
+words; whoever waits is shown their place, which only ever comes nearer (first come, first served); the server's
+disk (its page store inside Gradio's cache) and memory stay bounded.
 
 The test command runs 40 strangers over 60 s (104 s beside another worker's tests, 63 s alone); each costs the
 server about 2 s of CPU on the tiny model, most of it Gradio's own, so `DDD_STRANGERS=100` (over the same minute) takes
