@@ -23,7 +23,8 @@ from ddd.trace import (CHAIN_ENDS, SCHEMA_VERSION, STATUSES, DraftNode, RunTrace
 
 from .jsonfile import LIMITS, FileLimits, read_json
 from .race import METHOD_LABELS, RACE_FORMAT, RACE_VERSION, Race, RaceFileError
-from .runcheck import check_race, check_run, check_tokens
+from .racecheck import check_race, check_tokens
+from .runcheck import check_run
 from .tokens import excerpt
 
 TRACE_FIELDS = {f.name for f in fields(RunTrace)}

@@ -80,7 +80,7 @@ def make_trace(method, steps, settings=None, temperature=0.0):
     return trace
 
 
-# The hand race's answer after its prefill: greedy runs of one race emit the same tokens (components/runcheck.py).
+# The hand race's answer after its prefill: greedy runs of one race emit the same tokens (components/racecheck.py).
 HAND_ANSWER = ((101, " the"), (104, " cat"), (99, " on"), (98, " hey"), (104, " cat"), (99, " on"))
 
 

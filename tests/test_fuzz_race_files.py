@@ -23,7 +23,7 @@ from hypothesis import strategies as st
 
 from components import RaceFileError
 from components.race import METHOD_LABELS
-from components.runcheck import MIN_STEP_RATIO
+from components.racecheck import MIN_STEP_RATIO
 from components.runfile import race_from_data
 from components.verdict import headline_html
 from components.views import column_views, race_views, step_view

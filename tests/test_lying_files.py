@@ -1,6 +1,6 @@
 """Race files whose every field is in range but whose views would lie: text that is not its tokens', runs of one race
 that answered differently, operation counts that do not fit their step. Each is refused with one sentence naming the
-field (components/runcheck.py); the shipped races and the hand race load."""
+field (components/runcheck.py, components/racecheck.py); the shipped races and the hand race load."""
 from __future__ import annotations
 
 import copy
@@ -13,7 +13,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from components import RaceFileError
-from components.runcheck import SPECIAL
+from components.racecheck import SPECIAL
 from components.runfile import race_from_data
 from tests.races import hand_race
 
