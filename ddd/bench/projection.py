@@ -1,22 +1,23 @@
 """What each model pair the app offers would decode at on three GPUs: ZeroGPU's, the DDD paper's A40 and an H100.
 
 `python -m ddd.bench.projection` prints the table (docs/results.md, "GPU projection", has it with every source);
-`--bandwidth` and `--tau` project onto another card or accept length. `python -m ddd.bench.published` fits the rule
-on the published GPU measurements and checks it against each of them.
+`--bandwidth`, `--tflops` and `--tau` project onto another card or accept length. `python -m ddd.bench.published`
+fits the rule on the published GPU measurements and checks it against each of them.
 
-A decoding step on a GPU at batch 1 is bound either by reading memory or by the host issuing its operations one by
-one (ddd/ops.py): each phase of a step takes the longer of the two,
+A decoding step on a GPU at batch 1 is bound by reading memory, by computing, or by the host issuing its operations
+one by one (ddd/ops.py): each phase of a step takes the longest of the three,
 
-    max(bytes read / (bandwidth x reached fraction), host operations x launch cost)
+    max(bytes read / (bandwidth x reached fraction), FLOPs / (peak FLOPS x reached fraction),
+        host operations x launch cost)
 
-and the engine waits for the device between phases, so a step is the sum of its phases: the target's forward
-(its 16-bit weights and the KV cache of a typical context), each draft call (the head's layer and the LM head
-rows it drafts over), and the step's remaining operations (acceptance, the cache kept). Bytes come from the
-pairs' configs (ddd.catalog). Operations are counted live, by running the engine on a tiny random model of the
-pair's structure: the operations a step dispatches depend on the number of layers, the attention's grouping and
-the head's kind, not on widths, so the counts follow the engine as it changes. What the counts miss, the host's
-own work per speculative step (building the tree, waiting for the device) and per verified token, is counted in
-operations too. Those two, the launch cost and the fraction of the card's bandwidth a batch-1 forward reaches are
+and the engine waits for the device between phases, so a step is the sum of its phases: the target's forward over
+the step's tree (its 16-bit weights and the KV cache of a typical context; two FLOPs per weight and token), each
+draft call (the head's layer and the LM head rows it drafts over, for the beam's tokens), and the step's remaining
+operations (acceptance, the cache kept). Bytes and FLOPs come from the pairs' configs (ddd.catalog). Operations are
+counted live on a tiny random model of the pair's structure (ddd/bench/opcount.py), so the counts follow the engine
+as it changes. What the counts miss, the host's own work per speculative step (building the tree, keeping each
+layer's cache, waiting for the device: so much per target layer) and per verified token, is counted in operations
+too. Those two, the launch cost and the fractions of the card's bandwidth and FLOPS a batch-1 forward reaches are
 the rule's free parameters (Overheads), fitted on published GPU measurements (ddd/bench/published.py). A method's
 tokens per second is its mean acceptance length tau (published for the papers' pairs, measured for the default
 one) over its step time.
@@ -24,31 +25,20 @@ one) over its step time.
 from __future__ import annotations
 
 import argparse
-import statistics
-import tempfile
 from collections.abc import Mapping
 from dataclasses import dataclass
-from functools import lru_cache
 from types import SimpleNamespace
-from typing import Any
-
-import torch
-from tokenizers import Tokenizer
-from tokenizers.models import WordLevel
-from transformers import LlamaConfig, LlamaForCausalLM, PreTrainedTokenizerFast
 
 from ddd.catalog import PAIRS, TARGET_SIZES, ModelPair, head_shape, parameter_count
 from ddd.costs import StepCosts
-from ddd.eagle3 import new_eagle3_head
-from ddd.engine import generate
-from ddd.head import for_target, new_head
-from ddd.models import DEFAULT_HUB_ID, DEFAULT_MODEL, Target, load_target
+from ddd.models import DEFAULT_HUB_ID, DEFAULT_MODEL
 from ddd.numbers import readable
-from ddd.settings import CHECK_STEPS, EAGLE_TREE, METHOD_DECLARATIONS, TOTAL_TOKENS
+from ddd.settings import BEAM_WIDTH, CHECK_STEPS, EAGLE_TREE, TOTAL_TOKENS
 from ddd.trace import RunTrace
 
+from .opcount import COUNTED, MethodOps, counted_ops
+
 METHODS = ("plain", "eagle2", "ddd")  # what the app races and the table shows
-COUNTED = ("plain", "eagle", "eagle2", "ddd")  # what operations are counted for (EAGLE too, for published figures)
 WEIGHT_BYTES = 2  # 16-bit weights and KV cache, as the papers and ZeroGPU (float16) run them
 # An MT-bench turn's context (its question and answer so far), for the KV cache each forward reads: assumed.
 CONTEXT_TOKENS = 512
@@ -58,14 +48,20 @@ CONTEXT_TOKENS = 512
 class Gpu:
     name: str
     bandwidth: float  # bytes per second, from memory: the card's specification
+    # Its tensor cores' peak in 16 bits, dense (without 2:4 sparsity) and summing in 32 bits, as PyTorch's half
+    # matmuls do (a GeForce card does that at half its 16-bit-sum rate): the card's specification.
+    flops: float
     source: str
 
 
-ZEROGPU = Gpu("ZeroGPU (half an RTX PRO 6000)", 1792e9 / 2,
-              "NVIDIA's RTX PRO 6000 Blackwell: 96 GB of GDDR7 at 1,792 GB/s; ZeroGPU's default 'large' size is "
-              "half the card (48 GB), assumed to read at half its bandwidth, as a MIG half holds half its memory")
-A40 = Gpu("A40", 696e9, "NVIDIA A40 datasheet: 48 GB GDDR6, 696 GB/s")
-H100 = Gpu("H100 SXM", 3.35e12, "NVIDIA H100 datasheet: H100 SXM, 80 GB HBM3, 3.35 TB/s")
+ZEROGPU = Gpu("ZeroGPU (half an RTX PRO 6000)", 1792e9 / 2, 500e12 / 2,
+              "NVIDIA's RTX PRO 6000 Blackwell: 96 GB of GDDR7 at 1,792 GB/s; 4,000 AI TOPS, its sparse FP4 rate, "
+              "of which dense FP16 runs an eighth, 500 TFLOPS; ZeroGPU's default 'large' size is half the card "
+              "(48 GB), assumed to read and compute at half its rates, as a MIG half holds half its memory and SMs")
+A40 = Gpu("A40", 696e9, 149.7e12, "NVIDIA A40 datasheet: 48 GB GDDR6, 696 GB/s; 149.7 TFLOPS FP16 tensor, dense")
+H100 = Gpu("H100 SXM", 3.35e12, 989.4e12,
+           "NVIDIA H100 datasheet: H100 SXM, 80 GB HBM3, 3.35 TB/s; FP16 tensor 1,979 TFLOPS with sparsity, half that "
+           "dense")
 GPUS = (ZEROGPU, A40, H100)
 
 
@@ -75,16 +71,22 @@ class Overheads:
 
     launch_s: float  # host seconds per dispatched operation: PyTorch's dispatch and the CUDA launch
     bandwidth_fraction: float  # of the card's specified bandwidth, what a batch-1 forward reads at
-    step_ops: float  # the host's work per speculative step that the counts miss, in operations
+    # Of the card's peak FLOPS, what a forward over a step's tree reaches: its matmuls multiply a few dozen rows,
+    # far from the large ones the peak is reached on.
+    compute_fraction: float
+    # The host's work per speculative step that the counts miss, in operations per target layer: a step's
+    # bookkeeping runs through every layer (its cache cut to the accepted path and grown by the tree).
+    layer_ops: float
     token_ops: float  # the host's work per verified token beyond the root, in operations
 
 
 # `python -m ddd.bench.published` fits these (the least squares of the log errors over every published
 # figure, ddd/bench/published.py); tests/test_projection.py fits them again and checks they are these.
-FIT = Overheads(launch_s=22.34e-6, bandwidth_fraction=0.4342, step_ops=552.2, token_ops=8.987)
+FIT = Overheads(launch_s=21.89e-6, bandwidth_fraction=0.3597, compute_fraction=1.0, layer_ops=16.64,
+                token_ops=7.976)
 # The largest leave-one-out error of that fit (each figure projected by the rule fitted on the others): the band
 # every projected figure the app shows carries.
-BAND = 0.11
+BAND = 0.08
 
 
 def banded(value: float, suffix: str = "x") -> str:
@@ -143,75 +145,7 @@ def size_of(pair: ModelPair) -> SimpleNamespace:
     return SimpleNamespace(**(TARGET_SIZES[model] if model in TARGET_SIZES else OTHER_SIZES[model]))
 
 
-# -- operations, counted on a tiny model of the pair's structure -------------------------------------------------
-
-TINY_VOCAB = 64  # at least the beam width: a draft call takes the beam's best tokens
-TINY_HEADS = 4
-PROMPT = list(range(1, 9))
-COUNTED_TOKENS = 8  # a random head is accepted almost never: about one step per token
-SEED = 0  # the tiny models' weights: how often their drafts are accepted moves the medians a little
-
-
-@dataclass(frozen=True)
-class MethodOps:
-    """A method's operations per step (medians over the run's steps), by the phases ddd.ops.StepOps counts."""
-
-    calls: float  # draft calls
-    per_call: float  # operations per draft call
-    verify: float
-    other: float
-    prefill: float  # the prompt's forward
-
-
-def _tiny_target(folder: str, layers: int, grouped: bool) -> Target:
-    """A random Llama target with `layers` layers (attention grouped or not), loaded as any model directory is."""
-    words = Tokenizer(WordLevel({f"t{i}": i for i in range(TINY_VOCAB)}, unk_token="t0"))
-    PreTrainedTokenizerFast(tokenizer_object=words, unk_token="t0").save_pretrained(folder)
-    config = LlamaConfig(vocab_size=TINY_VOCAB, hidden_size=32, intermediate_size=64, num_hidden_layers=layers,
-                         num_attention_heads=TINY_HEADS, num_key_value_heads=TINY_HEADS // 2 if grouped else TINY_HEADS,
-                         max_position_embeddings=256, bos_token_id=None, eos_token_id=None, pad_token_id=None)
-    LlamaForCausalLM(config).save_pretrained(folder)
-    return load_target(folder, dtype="float32")
-
-
-@lru_cache(maxsize=None)
-def counted_ops(layers: int, grouped: bool, head_kind: str, own_vocab: bool,
-                tree: tuple[tuple[str, Any], ...]) -> dict[str, MethodOps]:
-    """Each method's operations per step on a tiny random pair: `layers` target layers, grouped attention or not, a
-    head of `head_kind` drafting over its own smaller vocabulary or the target's, at the tree settings `tree`.
-    float32 on the CPU runs the native kernels a GPU runs in 16 bits (ddd/precision.py). One thread: a tiny model's
-    operations are too small to share, and the counts do not depend on it."""
-    threads = torch.get_num_threads()
-    torch.set_num_threads(1)
-    try:
-        with torch.random.fork_rng():
-            torch.manual_seed(SEED)
-            return _count(layers, grouped, head_kind, own_vocab, tree)
-    finally:
-        torch.set_num_threads(threads)
-
-
-def _count(layers: int, grouped: bool, head_kind: str, own_vocab: bool,
-           tree: tuple[tuple[str, Any], ...]) -> dict[str, MethodOps]:
-    with tempfile.TemporaryDirectory() as folder:
-        target = _tiny_target(folder, layers, grouped)
-        draft_vocab = torch.arange(TINY_VOCAB // 2) if own_vocab else None
-        head = (new_eagle3_head(target, draft_vocab=draft_vocab) if head_kind == "eagle3" else
-                for_target(new_head(target, draft_vocab=draft_vocab), target))
-        out = {}
-        for method in COUNTED:
-            names = {s.name for s in METHOD_DECLARATIONS.get(method, ())}
-            run = generate(target, head if method != "plain" else None, PROMPT, method, chat=False,
-                           max_new_tokens=COUNTED_TOKENS, count_ops=True, **{k: v for k, v in tree if k in names})
-            steps = list(run)
-            decoded = [s for s in steps if not s.prefill]
-            calls = statistics.median(s.draft_calls or 0 for s in decoded)
-            out[method] = MethodOps(
-                calls, statistics.median(s.ops.draft / s.draft_calls for s in decoded) if calls else 0.0,
-                statistics.median(s.ops.verify for s in decoded), statistics.median(s.ops.other for s in decoded),
-                steps[0].ops.total)
-        return out
-
+# -- operations, counted on a tiny model of the pair's structure (ddd/bench/opcount.py) ----------------------
 
 def pair_ops(pair: ModelPair) -> dict[str, MethodOps]:
     size = size_of(pair)
@@ -253,12 +187,24 @@ def pair_bytes(pair: ModelPair) -> PairBytes:
                      root * WEIGHT_BYTES)
 
 
+def forward_flops(pair: ModelPair, tokens: int) -> float:
+    """The target's forward over `tokens` tokens: two FLOPs per weight each token is multiplied by (every matrix but
+    the input embedding, a lookup) and four per context position and attention width in each layer (the scores
+    and the weighted values, over the context and the tokens themselves)."""
+    size = size_of(pair)
+    hidden, heads = size.hidden_size, size.num_attention_heads
+    lookup = 0 if getattr(size, "tie_word_embeddings", False) else size.vocab_size * hidden
+    attention = 4 * size.num_hidden_layers * heads * (hidden // heads) * (CONTEXT_TOKENS + tokens)
+    return tokens * (2 * (parameter_count(size) - lookup) + attention)
+
+
 # -- the projection --------------------------------------------------------------------------------------------
 
-def phase_seconds(nbytes: float, ops: float, gpu: Gpu, fit: Overheads = FIT) -> float:
-    """One phase of a step: reading `nbytes` from memory or the host issuing `ops` operations, whichever takes
-    longer."""
-    return max(nbytes / (gpu.bandwidth * fit.bandwidth_fraction), ops * fit.launch_s)
+def phase_seconds(nbytes: float, flops: float, ops: float, gpu: Gpu, fit: Overheads = FIT) -> float:
+    """One phase of a step: reading `nbytes` from memory, computing `flops` or the host issuing `ops` operations,
+    whichever takes longest."""
+    return max(nbytes / (gpu.bandwidth * fit.bandwidth_fraction), flops / (gpu.flops * fit.compute_fraction),
+               ops * fit.launch_s)
 
 
 @dataclass(frozen=True)
@@ -295,8 +241,10 @@ class PairProjection:
         return 1 / self.methods[method].tokens_per_s
 
     def prefill_s(self, method: str) -> float:
-        """The prompt's forward: the weights read once (a prompt's tokens go through them together)."""
-        return phase_seconds(self.nbytes.target, self.prefill_ops[method], self.gpu, self.fit)
+        """The prompt's forward: the weights read once (a prompt's tokens go through them together). Its compute is
+        left out: the prompt's length is the visitor's, and a question's hundred-odd tokens compute in a fraction of
+        the time the host takes to issue the forward on these cards."""
+        return phase_seconds(self.nbytes.target, 0.0, self.prefill_ops[method], self.gpu, self.fit)
 
     def costs(self) -> StepCosts:
         """The cost rule's costs here, in plain steps (ddd.costs.StepCosts): a draft call; a tree forward (with the
@@ -325,20 +273,22 @@ def project(pair: ModelPair, gpu: Gpu, taus: Mapping[str, float] | None = None,
             fit: Overheads = FIT) -> PairProjection:
     """`pair` on `gpu`: each method of `taus` (method -> tau; default: the pair's published or measured EAGLE-2 and
     DDD taus, TAUS) and plain decoding."""
-    ops, nbytes = pair_ops(pair), pair_bytes(pair)
+    ops, nbytes, layers = pair_ops(pair), pair_bytes(pair), size_of(pair).num_hidden_layers
     taus = {"plain": 1.0, **(taus if taus is not None else TAUS[pair.model].per_method())}
     target = nbytes.target + nbytes.kv_per_token * CONTEXT_TOKENS
+    # A draft call runs the beam's tokens through the head's layer and LM head (EAGLE's static tree at most 8 a level).
+    call_flops = 2 * nbytes.call / WEIGHT_BYTES * pair.tree_settings()[BEAM_WIDTH.name]
     calls = {"plain": 0, "eagle": ops["eagle"].calls, "eagle2": pair.tree_settings()["draft_calls"],
              "ddd": ddd_calls(pair)}
     methods = {}
     for method, tau in taus.items():
         counted = ops[method]
-        draft = calls[method] * phase_seconds(nbytes.call, counted.per_call, gpu, fit) + (
+        draft = calls[method] * phase_seconds(nbytes.call, call_flops, counted.per_call, gpu, fit) + (
             nbytes.root / (gpu.bandwidth * fit.bandwidth_fraction) if calls[method] else 0.0)
-        host = (fit.step_ops + fit.token_ops * (tree_tokens(pair, method) - 1)) if method != "plain" else 0.0
-        methods[method] = MethodProjection(method, tau, draft, phase_seconds(target, counted.verify, gpu, fit),
-                                           (counted.other + host) * fit.launch_s)
-    return PairProjection(pair, gpu, methods, phase_seconds(nbytes.call, ops["eagle2"].per_call, gpu, fit),
+        host = (fit.layer_ops * layers + fit.token_ops * (tree_tokens(pair, method) - 1)) if method != "plain" else 0.0
+        verify = phase_seconds(target, forward_flops(pair, tree_tokens(pair, method)), counted.verify, gpu, fit)
+        methods[method] = MethodProjection(method, tau, draft, verify, (counted.other + host) * fit.launch_s)
+    return PairProjection(pair, gpu, methods, phase_seconds(nbytes.call, call_flops, ops["eagle2"].per_call, gpu, fit),
                           {m: ops[m].prefill for m in COUNTED}, nbytes, fit)
 
 
@@ -373,11 +323,12 @@ def table(rows: list[PairProjection]) -> str:
 
 def sources(gpus: tuple[Gpu, ...] = GPUS) -> str:
     """Every figure the projection rests on, with where it comes from."""
-    lines = [f"- {gpu.name}: {readable(gpu.bandwidth / 1e9)} GB/s ({gpu.source})" for gpu in gpus]
-    lines.append(f"- fitted on published measurements (python -m ddd.bench.published): {readable(FIT.launch_s * 1e6)} us per "
-                 f"operation, {FIT.bandwidth_fraction:.0%} of the card's bandwidth, {readable(FIT.step_ops)} "
-                 f"operations of host work per speculative step, {readable(FIT.token_ops)} per verified token; "
-                 f"leave-one-out error within {BAND:.0%}")
+    lines = [f"- {gpu.name}: {readable(gpu.bandwidth / 1e9)} GB/s, {readable(gpu.flops / 1e12)} TFLOPS ({gpu.source})"
+             for gpu in gpus]
+    lines.append(f"- fitted on published measurements (python -m ddd.bench.published): {readable(FIT.launch_s * 1e6)} "
+                 f"us per operation, {FIT.bandwidth_fraction:.0%} of the card's bandwidth, {FIT.compute_fraction:.0%} "
+                 f"of its FLOPS, {readable(FIT.layer_ops)} operations of host work per speculative step and target "
+                 f"layer, {readable(FIT.token_ops)} per verified token; leave-one-out error within {BAND:.0%}")
     lines.append(f"- context: {CONTEXT_TOKENS} tokens of KV cache per forward (assumed)")
     lines += [f"- {pair.label}: tau EAGLE-2 {TAUS[pair.model].eagle2:.2f}, DDD {TAUS[pair.model].ddd:.2f} "
               f"({TAUS[pair.model].source})" for pair in PAIRS]
@@ -389,6 +340,9 @@ def build_parser() -> argparse.ArgumentParser:
                                      formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--bandwidth", type=float, metavar="GB/S",
                         help="project onto a card reading this many GB/s (its specification) instead of the three")
+    parser.add_argument("--tflops", type=float, metavar="TFLOPS",
+                        help="with --bandwidth: the card's dense 16-bit tensor TFLOPS, summing in 32 bits (its "
+                             "specification)")
     parser.add_argument("--card", default="given card", help="the name --bandwidth's card goes by in the table")
     parser.add_argument("--tau", type=float, metavar="TAU",
                         help="every pair's EAGLE-2 accept length (tokens per step, the bonus token included) "
@@ -397,8 +351,12 @@ def build_parser() -> argparse.ArgumentParser:
 
 
 def main(argv: list[str] | None = None) -> int:
-    args = build_parser().parse_args(argv)
-    gpus = (Gpu(args.card, args.bandwidth * 1e9, "given on the command line"),) if args.bandwidth else GPUS
+    parser = build_parser()
+    args = parser.parse_args(argv)
+    if (args.bandwidth is None) != (args.tflops is None):
+        parser.error("--bandwidth and --tflops go together: a card reads and computes")
+    gpus = (GPUS if args.bandwidth is None else
+            (Gpu(args.card, args.bandwidth * 1e9, args.tflops * 1e12, "given on the command line"),))
     print(table(projections(gpus=gpus, eagle2_tau=args.tau)))
     print()
     print(sources(gpus))

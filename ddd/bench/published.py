@@ -4,7 +4,7 @@ on them and checked against them.
 Each figure names its card, target and mean accept length (tau), and its benchmark and temperature where its source
 names them. The projection's free parameters (projection.Overheads) are fitted on all of them (`fit`), and each is
 checked by the rule fitted on the others (`leave_one_out`): docs/results.md, "The projection against published
-measurements", has the table `python -m ddd.bench.published` prints (two minutes or so). Figures from compiled decoding
+measurements", has the table `python -m ddd.bench.published` prints (four minutes or so). Figures from compiled decoding
 (gpt-fast, CUDA graphs) and figures that name no card or no tau are listed (NOT_FITTED) but not fitted: the rule
 models eager PyTorch.
 """
@@ -19,9 +19,13 @@ from ddd.numbers import readable
 
 from .projection import FIT, Gpu, Overheads, project
 
-RTX3090 = Gpu("RTX 3090", 936e9, "NVIDIA GeForce RTX 3090 specifications: 24 GB GDDR6X, 936 GB/s")
-# Neither source says which A100 80GB: the SXM card's 2,039 GB/s is taken; the PCIe card reads 1,935 GB/s.
-A100 = Gpu("A100 80GB", 2039e9, "NVIDIA A100 datasheet: A100 80GB SXM, 2,039 GB/s (PCIe: 1,935 GB/s)")
+RTX3090 = Gpu("RTX 3090", 936e9, 71e12,
+              "NVIDIA GeForce RTX 3090 specifications: 24 GB GDDR6X, 936 GB/s; NVIDIA Ampere GA102 GPU architecture "
+              "whitepaper: 71 TFLOPS FP16 tensor, dense, with FP32 accumulate (142 with FP16 accumulate)")
+# Neither source says which A100 80GB: the SXM card's 2,039 GB/s is taken; the PCIe card reads 1,935 GB/s. Both
+# compute 312 TFLOPS.
+A100 = Gpu("A100 80GB", 2039e9, 312e12,
+           "NVIDIA A100 datasheet: A100 80GB SXM, 2,039 GB/s (PCIe: 1,935 GB/s); 312 TFLOPS FP16 tensor, dense")
 
 VICUNA_7B = PAIRS[1]
 VICUNA_13B = ModelPair("Vicuna-13B v1.3 + EAGLE head", "lmsys/vicuna-13b-v1.3", "yuhuili/EAGLE-Vicuna-13B-v1.3")
@@ -102,8 +106,8 @@ NOT_FITTED = (
 )
 
 # Where the fit looks: each parameter's range, searched on a grid that narrows around the best point.
-RANGES = {"launch_s": (1e-6, 60e-6), "bandwidth_fraction": (0.3, 1.0), "step_ops": (0.0, 4000.0),
-          "token_ops": (0.0, 60.0)}
+RANGES = {"launch_s": (1e-6, 60e-6), "bandwidth_fraction": (0.3, 1.0), "compute_fraction": (0.05, 1.0),
+          "layer_ops": (0.0, 120.0), "token_ops": (0.0, 60.0)}
 GRID = 5  # points per parameter and round
 ROUNDS = 12  # each round narrows the grid to one of the last round's steps either side of the best point
 
@@ -114,8 +118,8 @@ def log_error(figure: Figure, fit: Overheads) -> float:
 
 def fit(figures: tuple[Figure, ...] = FIGURES) -> Overheads:
     """The parameters that minimise the sum of squared log errors over `figures`. Where figures cannot tell two
-    points apart (a figure bound by the host does not depend on the bandwidth), the grid's first wins: the highest
-    bandwidth fraction, the least overhead."""
+    points apart (a figure bound by the host does not depend on the bandwidth or the FLOPS), the grid's first wins:
+    the highest bandwidth and compute fractions, the least overhead."""
     ranges = dict(RANGES)
     best = None
     for _ in range(ROUNDS):
@@ -128,7 +132,7 @@ def fit(figures: tuple[Figure, ...] = FIGURES) -> Overheads:
 
 def _axis(name: str, low: float, high: float) -> list[float]:
     points = [low + (high - low) * i / (GRID - 1) for i in range(GRID)]
-    return points[::-1] if name == "bandwidth_fraction" else points  # ties: the card's bandwidth first
+    return points[::-1] if name.endswith("_fraction") else points  # ties: the card's bandwidth and FLOPS first
 
 
 def _narrowed(value: float, bounds: tuple[float, float], low: float, high: float) -> tuple[float, float]:
@@ -182,7 +186,8 @@ def report() -> str:
              f"fit: {whole}", f"band: ±{band(checked):.0%} (the declared FIT: {FIT})", "",
              "Sources:"]
     lines += [f"- {f.label}, {f.target}, {f.gpu.name}: {f.source}" for f in FIGURES]
-    lines += [f"- {g.name}: {readable(g.bandwidth / 1e9)} GB/s ({g.source})" for g in (RTX3090, A100)]
+    lines += [f"- {g.name}: {readable(g.bandwidth / 1e9)} GB/s, {readable(g.flops / 1e12)} TFLOPS ({g.source})"
+              for g in (RTX3090, A100)]
     lines += ["", "Not fitted:"] + [f"- {line}" for line in NOT_FITTED]
     return "\n".join(lines)
 
