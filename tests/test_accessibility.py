@@ -15,6 +15,8 @@ from tests.test_browser import CHROMIUM, Browser, open_on_example, text_of
 ROOT = Path(__file__).resolve().parents[1]
 AXE = ROOT / ".venv" / "axe" / "node_modules" / "axe-core" / "axe.min.js"
 BLOCKING = ("serious", "critical")
+FIGURES = ("tree-eagle2", "tree-ddd", "depth")  # the race's figures, by elem_id
+DRAWN = ", ".join(f"#{f} .js-plotly-plot" for f in FIGURES)
 
 pytestmark = [pytest.mark.slow,
               pytest.mark.skipif(not CHROMIUM.exists(), reason="needs Debian's chromium at /usr/bin/chromium"),
@@ -52,6 +54,8 @@ def test_the_static_page_and_its_lesson_have_no_serious_violation(browser, stati
 
 def test_the_race_has_no_serious_violation(browser, app_server):
     open_on_example(browser, app_server.url)
+    # Every figure drawn: an empty plot's placeholder is Gradio's own markup, not the race's.
+    browser.wait_for(f"document.querySelectorAll('{DRAWN}').length === {len(FIGURES)}", 60, "the race's figures")
     time.sleep(1.0)  # the figures settle
     found = blocking(browser)
     assert found == [], json.dumps(found, indent=1)

@@ -2,6 +2,7 @@
 (scripts/setup.sh is never run there). The default model then comes from the hub cache under its hub id."""
 from __future__ import annotations
 
+import ast
 import json
 import os
 import shutil
@@ -20,6 +21,7 @@ import yaml
 from packaging.requirements import Requirement
 from packaging.specifiers import SpecifierSet
 from packaging.version import Version
+from uv import find_uv_bin
 
 from ddd.catalog import HUB_WEIGHTS_NOTE, SHIPPED_HEAD, choose_head
 from ddd.models import DEFAULT_HUB_ID, DEFAULT_MODEL, GGUF_PACKAGE_PIN
@@ -114,13 +116,35 @@ def free_port() -> int:
         return s.getsockname()[1]
 
 
+# pip's own settings that say where packages come from, as uv's flags: a fresh environment installs from the same
+# indexes, local wheel folders and constraints as `pip install` would here.
+PIP_SOURCES = {"index-url": "--index-url", "extra-index-url": "--extra-index-url", "find-links": "--find-links",
+               "constraint": "--constraint"}
+
+
+def pip_sources() -> list[str]:
+    """uv's flags for the package sources pip is configured with (`pip config list`: its files and PIP_* variables)."""
+    listed = subprocess.run([sys.executable, "-m", "pip", "config", "list"], capture_output=True, text=True,
+                            check=True, timeout=60).stdout
+    flags: list[str] = []
+    for line in listed.splitlines():
+        key, _, value = line.partition("=")
+        option = PIP_SOURCES.get(key.split(".", 1)[-1])
+        for each in ast.literal_eval(value).split() if option else []:
+            if each not in flags:
+                flags += [option, each]
+    return flags
+
+
 @pytest.fixture(scope="module")
 def space_python(tmp_path_factory) -> Path:
-    """A venv with requirements.txt and nothing else; most of its cost is pip's, so a warm pip cache matters."""
+    """A venv with requirements.txt and nothing else. uv installs it (pip's resolver and installer take about two
+    minutes here, uv seconds), from pip's sources, weighing every index alike as pip does."""
     venv = tmp_path_factory.mktemp("space") / "venv"
-    subprocess.run([sys.executable, "-m", "venv", str(venv)], check=True, timeout=120)
+    subprocess.run([sys.executable, "-m", "venv", "--without-pip", str(venv)], check=True, timeout=120)
     python = venv / "bin" / "python"
-    out = subprocess.run([str(python), "-m", "pip", "install", "-q", "-r", str(ROOT / "requirements.txt")],
+    out = subprocess.run([find_uv_bin(), "pip", "install", "-q", "--python", str(python),
+                          "--index-strategy", "unsafe-best-match", *pip_sources(), "-r", str(ROOT / "requirements.txt")],
                          capture_output=True, text=True, timeout=900)
     assert out.returncode == 0, out.stderr[-3000:]
     return python
@@ -269,11 +293,13 @@ def shown(value) -> str:
 @pytest.fixture(scope="module")
 def rehearsed(space_python, rehearsal) -> Iterator[tuple[str, str]]:
     """The export started on the replicas (`rehearsal`), and beside it on the replicas less the first pair's files:
-    both URLs (the two start at once)."""
-    first = space_pairs()[0]
+    both URLs (the two start at once). The second holds only the pair it falls back to, the first's files missing: the
+    pairs after it would only be timed again."""
+    second = space_pairs()[1]
+    kept = {"models--" + repo.replace("/", "--") for repo in (second.target, second.head) if repo}
     hf_home = rehearsal / "hf-without-first"
-    shutil.copytree(rehearsal / "hf", hf_home, symlinks=True)
-    shutil.rmtree(hf_home / "hub" / ("models--" + first.target.replace("/", "--")))
+    shutil.copytree(rehearsal / "hf", hf_home, symlinks=True,
+                    ignore=lambda folder, names: [n for n in names if n.startswith("models--") and n not in kept])
     starts = [(rehearsal / "space", zero_gpu_env(rehearsal, rehearsal / "hf"), rehearsal / "space.log"),
               (rehearsal / "space", zero_gpu_env(rehearsal, hf_home), rehearsal / "space-without-first.log")]
     with serving_all(space_python, starts, 900) as urls:

@@ -27,6 +27,7 @@ from __future__ import annotations
 import argparse
 from collections.abc import Mapping
 from dataclasses import dataclass
+from functools import cache
 from types import SimpleNamespace
 
 from ddd.catalog import PAIRS, TARGET_SIZES, ModelPair, head_shape, parameter_count
@@ -147,6 +148,7 @@ def size_of(pair: ModelPair) -> SimpleNamespace:
 
 # -- operations, counted on a tiny model of the pair's structure (ddd/bench/opcount.py) ----------------------
 
+@cache
 def pair_ops(pair: ModelPair) -> dict[str, MethodOps]:
     size = size_of(pair)
     kind, draft_vocab = head_shape(pair)
@@ -167,6 +169,7 @@ class PairBytes:
     root: float  # read at each step's first call only (EAGLE-3's fc, which fuses the target's features)
 
 
+@cache
 def pair_bytes(pair: ModelPair) -> PairBytes:
     """From the target's config; the head has one decoder layer of the target's widths (EAGLE-3's attention reads
     the embedding and the hidden state side by side, 2H wide)."""
@@ -269,27 +272,60 @@ def tree_tokens(pair: ModelPair, method: str) -> int:
     return {"plain": 1, "eagle": len(EAGLE_TREE) + 1}.get(method, pair.tree_settings()[TOTAL_TOKENS.name])
 
 
-def project(pair: ModelPair, gpu: Gpu, taus: Mapping[str, float] | None = None,
-            fit: Overheads = FIT) -> PairProjection:
-    """`pair` on `gpu`: each method of `taus` (method -> tau; default: the pair's published or measured EAGLE-2 and
-    DDD taus, TAUS) and plain decoding."""
+@dataclass(frozen=True)
+class MethodShape:
+    """What a method's step reads, computes and issues on a pair, whatever the card and the fit."""
+
+    calls: int  # draft calls
+    call_ops: float  # operations per draft call
+    root_bytes: float  # read at the step's first call only (0 without draft calls)
+    layer_units: int  # target layers (0 for plain decoding, which has no speculative host work)
+    token_units: int  # tree tokens beyond the root
+    verify_flops: float
+    verify_ops: float
+    other_ops: float
+
+
+@dataclass(frozen=True)
+class PairShape:
+    target_bytes: float  # the target's weights and the KV cache a forward reads
+    call_flops: float  # one draft call
+    methods: dict[str, MethodShape]
+
+
+@cache  # the fit projects each published figure many times over
+def pair_shape(pair: ModelPair) -> PairShape:
     ops, nbytes, layers = pair_ops(pair), pair_bytes(pair), size_of(pair).num_hidden_layers
-    taus = {"plain": 1.0, **(taus if taus is not None else TAUS[pair.model].per_method())}
-    target = nbytes.target + nbytes.kv_per_token * CONTEXT_TOKENS
     # A draft call runs the beam's tokens through the head's layer and LM head (EAGLE's static tree at most 8 a level).
     call_flops = 2 * nbytes.call / WEIGHT_BYTES * pair.tree_settings()[BEAM_WIDTH.name]
     calls = {"plain": 0, "eagle": ops["eagle"].calls, "eagle2": pair.tree_settings()["draft_calls"],
              "ddd": ddd_calls(pair)}
     methods = {}
+    for method, counted in ops.items():
+        speculative = method != "plain"
+        methods[method] = MethodShape(
+            calls[method], counted.per_call, nbytes.root if calls[method] else 0.0,
+            layers if speculative else 0, tree_tokens(pair, method) - 1 if speculative else 0,
+            forward_flops(pair, tree_tokens(pair, method)), counted.verify, counted.other)
+    return PairShape(nbytes.target + nbytes.kv_per_token * CONTEXT_TOKENS, call_flops, methods)
+
+
+def project(pair: ModelPair, gpu: Gpu, taus: Mapping[str, float] | None = None,
+            fit: Overheads = FIT) -> PairProjection:
+    """`pair` on `gpu`: each method of `taus` (method -> tau; default: the pair's published or measured EAGLE-2 and
+    DDD taus, TAUS) and plain decoding."""
+    shape, nbytes, ops = pair_shape(pair), pair_bytes(pair), pair_ops(pair)
+    taus = {"plain": 1.0, **(taus if taus is not None else TAUS[pair.model].per_method())}
+    methods = {}
     for method, tau in taus.items():
-        counted = ops[method]
-        draft = calls[method] * phase_seconds(nbytes.call, call_flops, counted.per_call, gpu, fit) + (
-            nbytes.root / (gpu.bandwidth * fit.bandwidth_fraction) if calls[method] else 0.0)
-        host = (fit.layer_ops * layers + fit.token_ops * (tree_tokens(pair, method) - 1)) if method != "plain" else 0.0
-        verify = phase_seconds(target, forward_flops(pair, tree_tokens(pair, method)), counted.verify, gpu, fit)
-        methods[method] = MethodProjection(method, tau, draft, verify, (counted.other + host) * fit.launch_s)
-    return PairProjection(pair, gpu, methods, phase_seconds(nbytes.call, call_flops, ops["eagle2"].per_call, gpu, fit),
-                          {m: ops[m].prefill for m in COUNTED}, nbytes, fit)
+        m = shape.methods[method]
+        draft = m.calls * phase_seconds(nbytes.call, shape.call_flops, m.call_ops, gpu, fit) + (
+            m.root_bytes / (gpu.bandwidth * fit.bandwidth_fraction))
+        host = fit.layer_ops * m.layer_units + fit.token_ops * m.token_units
+        verify = phase_seconds(shape.target_bytes, m.verify_flops, m.verify_ops, gpu, fit)
+        methods[method] = MethodProjection(method, tau, draft, verify, (m.other_ops + host) * fit.launch_s)
+    return PairProjection(pair, gpu, methods, phase_seconds(nbytes.call, shape.call_flops, ops["eagle2"].per_call, gpu,
+                                                            fit), {m: ops[m].prefill for m in COUNTED}, nbytes, fit)
 
 
 def zerogpu_costs(run: RunTrace) -> StepCosts | None:
