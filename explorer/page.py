@@ -26,7 +26,7 @@ from .lesson import LINK_OUTPUTS, LessonPanel, wire as wire_lesson
 from .models import ModelChoice, Models
 from .presets import PRESET_FIELDS, opening_preset
 from .racing import device_measure, device_race, zero_gpu
-from .queueing import QUEUE_SIZE
+from .queueing import QUEUE_POLL_S, QUEUE_SIZE
 from .running import Runner
 from .sessions import Session, Sessions
 from .viewing import Viewer
@@ -165,6 +165,7 @@ def build_page(models: Models, shelf: ExampleShelf, sessions: Sessions | None = 
         _wire_running(ui, runner, menu)
         wire_whatif(ui, WhatIfPanel(ui))
     demo.queue(default_concurrency_limit=4, max_size=QUEUE_SIZE)
+    demo._queue.sleep_when_free = QUEUE_POLL_S  # Gradio has no public setting for it (tests/test_app.py checks it)
     return Page(demo, ui, viewer, runner, menu, lesson)
 
 

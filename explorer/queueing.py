@@ -10,6 +10,9 @@ from collections.abc import Hashable
 from dataclasses import dataclass
 
 QUEUE_SIZE = 64  # races running or waiting at most; past it Run says the queue is full
+# How often Gradio's queue looks for an event to start while it has none it can start. Its own default on Linux is
+# every millisecond: about a tenth of a core, idle or with every slot busy, taken from the races on a 2-core Space.
+QUEUE_POLL_S = 0.02
 RECENT = 16  # the latest races the estimates come from
 SAME_LENGTH = 3  # races of a pair and length it takes to estimate from them alone
 # The race with the turn has run longer than its estimate: at least this share of the estimate is still counted.

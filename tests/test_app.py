@@ -137,6 +137,18 @@ def test_a_replay_behind_the_clock_drops_frames_and_keeps_the_race_pace(page):
     assert all("finished" in played[-2][f"cnt_{m}"] for m in ("plain", "eagle2", "ddd"))
 
 
+def test_the_queue_looks_for_work_every_20_ms_not_every_millisecond(page):
+    """Gradio's queue reads the attribute the page sets (a renamed one would leave its millisecond poll)."""
+    import inspect
+
+    from gradio.queueing import Queue
+
+    from explorer.queueing import QUEUE_POLL_S
+
+    assert page.demo._queue.sleep_when_free == QUEUE_POLL_S == 0.02
+    assert "await asyncio.sleep(self.sleep_when_free)" in inspect.getsource(Queue.start_processing)
+
+
 def test_examples_load_without_a_model():
     page = page_for(ModelConfig(model="no-such-model"))
     files = page.viewer.shelf.files()
