@@ -176,16 +176,23 @@ def default_model():
     return load_target()
 
 
+@pytest.fixture(scope="module")
+def default_plain(default_model) -> dict[str, list[int]]:
+    """Plain `generate()`'s tokens on the default model for each question, made once for every method's test."""
+    from tests.test_default_model import PROMPTS as QUESTIONS
+
+    return {q: plain_generate(default_model, prompt_ids(default_model, q))[0].tolist() for q in QUESTIONS[:2]}
+
+
 @pytest.mark.slow
 @pytest.mark.parametrize("method", METHODS[1:])
-def test_the_default_model_and_its_shipped_head_decode_as_plain_generate(default_model, method):
+def test_the_default_model_and_its_shipped_head_decode_as_plain_generate(default_model, default_plain, method):
     """head=None picks the shipped head for the default model. As in tests/test_default_model.py, a difference
     would be tolerated only at a proven float near-tie."""
-    from tests.test_default_model import PROMPTS as QUESTIONS, top2_gap
+    from tests.test_default_model import top2_gap
 
-    for question in QUESTIONS[:2]:
+    for question, plain in default_plain.items():
         ids = prompt_ids(default_model, question)
-        plain = plain_generate(default_model, ids)[0].tolist()
         out = ddd_generate(default_model, ids, None, method, return_dict_in_generate=True)
         assert out.trace.head == "shipped head"
         ours = out.sequences[0].tolist()
