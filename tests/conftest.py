@@ -26,6 +26,20 @@ def pytest_configure(config):
         torch.set_num_threads(1)
 
 
+# The files that take a worker more than a minute in the test command (its --durations listing, AVX2, 2 workers),
+# longest first. pytest-xdist hands out whole files in collection order (pytest.ini: --no-loadscope-reorder), so these
+# start first and the short files even out both workers at the end, where a long file would leave one worker alone.
+LONGEST_FIRST = ("test_space.py", "test_sampling.py", "test_visitors.py", "test_class.py", "test_hf_generate.py",
+                 "test_static_page.py", "test_strangers.py", "test_projection.py", "test_default_model.py",
+                 "test_lesson_browser.py", "test_memory.py", "test_package.py", "test_disk.py", "test_zerogpu.py",
+                 "test_zerogpu_browser.py", "test_safety.py")
+
+
+def pytest_collection_modifyitems(items):
+    rank = {name: i for i, name in enumerate(LONGEST_FIRST)}
+    items.sort(key=lambda item: rank.get(item.path.name, len(LONGEST_FIRST)))
+
+
 @pytest.fixture(scope="session")
 def tiny_llama_dir(tmp_path_factory):
     return save_tiny_model(tmp_path_factory.mktemp("tiny-llama"), "llama")
