@@ -4,6 +4,8 @@ example with its prompt and DDD's threshold filled in, ready to race. The panel 
 to hand out. No model runs; each callback returns {component: value}."""
 from __future__ import annotations
 
+import hashlib
+import os
 import tempfile
 import threading
 from pathlib import Path
@@ -67,6 +69,19 @@ def wire(ui: dict, panel: "LessonPanel") -> None:
         ui[name].click(lambda n, m=move: panel.move(n, m), ui["lesson_chapter"], ui["lesson_chapter"], api_name=False)
 
 
+def _handout_file(html: str) -> Path:
+    """The hand-out in a temporary folder named by its content: every start of the app with the same lesson serves the
+    same file (a folder per start, never removed, would add about 5 MB to the disk at each restart)."""
+    digest = hashlib.sha256(html.encode("utf-8")).hexdigest()[:16]
+    handout = Path(tempfile.gettempdir()) / f"ddd-lesson-{digest}" / HANDOUT_NAME
+    if not handout.is_file():
+        handout.parent.mkdir(exist_ok=True)
+        part = handout.with_name(f"{HANDOUT_NAME}.{os.getpid()}.part")  # another app may be writing it too
+        part.write_text(html, encoding="utf-8")
+        part.replace(handout)
+    return handout
+
+
 class LessonPanel:
     """The lesson of the shelf's lesson race, built once (it reads recorded races only): at start-up (`prepare`),
     or on first use."""
@@ -103,9 +118,7 @@ class LessonPanel:
             lesson = build_lesson(found[1], found[0], zerogpu_costs(found[1].traces["cost"]))
         except LessonError as err:
             return None, str(err), None
-        handout = Path(tempfile.mkdtemp(prefix="ddd-lesson-")) / HANDOUT_NAME
-        handout.write_text(lesson_html(lesson, plotly_js=get_plotlyjs()), encoding="utf-8")
-        return lesson, "", str(handout)
+        return lesson, "", str(_handout_file(lesson_html(lesson, plotly_js=get_plotlyjs())))
 
     def open(self, number: Any) -> dict:
         return self._show(number)

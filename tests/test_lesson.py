@@ -137,3 +137,12 @@ def test_a_link_to_a_chapter_the_lesson_lacks_says_so_and_opens_the_first(page, 
 def test_a_link_to_a_chapter_opens_it_without_a_note(page):
     out = page.ui.named(page.lesson.from_link(_Link(chapter="4")))
     assert out["lesson_chapter"] == 4 and "no chapter" not in out["lesson_title"]
+
+
+def test_every_start_of_the_app_serves_the_same_hand_out_file(llama, llama_head):
+    """The hand-out lies in a folder named by its content: a restart adds no 5 MB folder to the disk."""
+    from tests.conftest import make_page
+
+    files = [page.ui.named(page.lesson.open(2))["lesson_file"] for page in (make_page(llama, llama_head),
+                                                                             make_page(llama, llama_head))]
+    assert files[0] == files[1] and Path(files[0]).read_text(encoding="utf-8").startswith("<!")
