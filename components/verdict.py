@@ -15,7 +15,6 @@ The resampling draws from a counter hashed to 32 bits (`Draws`), not numpy's gen
 from __future__ import annotations
 
 import math
-import warnings
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 
@@ -104,13 +103,21 @@ class Rounds:
         the steps of its shape in that resample: a step that another program slowed down counts as usual."""
         total = np.zeros(len(picks))
         shapes, times = self.shape[picks], self.ms[picks]
-        with warnings.catch_warnings():
-            warnings.simplefilter("ignore", RuntimeWarning)  # a shape absent from a resample: an all-NaN row
-            for kind in np.unique(self.shape[self.shape >= 0]):
-                chosen = shapes == kind
-                median = np.nanmedian(np.where(chosen, times, np.nan), axis=1)
-                total += np.where(chosen.any(1), median * chosen.sum(1), 0.0)
+        for kind in np.unique(self.shape[self.shape >= 0]):
+            chosen = shapes == kind
+            total += np.where(chosen.any(1), row_medians(times, chosen) * chosen.sum(1), 0.0)
         return total
+
+
+def row_medians(values: np.ndarray, chosen: np.ndarray) -> np.ndarray:
+    """Each row's median of its `chosen` values (NaN for a row with none): np.nanmedian's numbers over the unchosen
+    set to NaN, the middle two of the sorted values averaged, without its masked arrays, which took most of a verdict's
+    time (a race's views, and the server's interpreter beside the races, 0.5 s a race)."""
+    ordered = np.sort(np.where(chosen, values, np.inf), axis=1)
+    count = chosen.sum(1)
+    rows = np.arange(len(values))
+    low, high = ordered[rows, np.maximum(count - 1, 0) // 2], ordered[rows, count // 2 - (count == 0)]
+    return np.where(count > 0, (low + high) / 2, np.nan)
 
 
 def decode_ms_per_token(steps: Sequence[Step]) -> float | None:

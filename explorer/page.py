@@ -1,6 +1,7 @@
 """The page: the layout, with each component's events wired to the callbacks that serve it."""
 from __future__ import annotations
 
+import sys
 from dataclasses import dataclass
 from typing import Any
 
@@ -26,7 +27,7 @@ from .lesson import LINK_OUTPUTS, LessonPanel, wire as wire_lesson
 from .models import ModelChoice, Models
 from .presets import PRESET_FIELDS, opening_preset
 from .racing import device_measure, device_race, zero_gpu
-from .queueing import QUEUE_POLL_S, QUEUE_SIZE
+from .queueing import QUEUE_POLL_S, QUEUE_SIZE, SWITCH_INTERVAL_S
 from .running import Runner
 from .sessions import Session, Sessions
 from .viewing import Viewer
@@ -58,6 +59,7 @@ class CheckedBlocks(gr.Blocks):
         app_kwargs["exception_handlers"] = {**app_kwargs.get("exception_handlers", {}), 404: _not_found,
                                             FnIndexInferError: _no_endpoint}
         kwargs.setdefault("max_threads", WORKER_THREADS)
+        sys.setswitchinterval(SWITCH_INTERVAL_S)  # the process is the app's: its races keep their pace
         return super().launch(*args, app_kwargs=app_kwargs, **kwargs)
 
     async def preprocess_data(self, block_fn: Any, inputs: list[Any], state: Any, explicit_call: bool = False) -> Any:

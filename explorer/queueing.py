@@ -13,10 +13,17 @@ QUEUE_SIZE = 64  # races running or waiting at most; past it Run says the queue 
 # How often Gradio's queue looks for an event to start while it has none it can start. Its own default on Linux is
 # every millisecond: about a tenth of a core, idle or with every slot busy, taken from the races on a 2-core Space.
 QUEUE_POLL_S = 0.02
+# How long a thread running Python may keep the interpreter from one that waits for it (sys.setswitchinterval). A
+# race's thread gives the interpreter up for every torch operation and waits to get it back: beside a thread running
+# Python without rest, a 64-token race on the default model took 240x its time alone at Python's default of 5 ms, and
+# 4-5x at 0.2 ms (docs/app.md, "The queue").
+SWITCH_INTERVAL_S = 0.0002
 RECENT = 16  # the latest races the estimates come from
 SAME_LENGTH = 3  # races of a pair and length it takes to estimate from them alone
 # The race with the turn has run longer than its estimate: at least this share of the estimate is still counted.
 OVERRUN_SHARE = 0.1
+# Of its work the race with the turn has done before its pace foretells its whole time (its prefill goes first).
+PACE_SHARE = 0.05
 
 
 class QueueFull(Exception):
@@ -36,6 +43,7 @@ class Work:
 class Ticket:
     work: Work
     front_at: float | None = None  # when it got the turn
+    done: float = 0.0  # the share of its work done (RaceLine.progress)
 
 
 class RaceLine:
@@ -77,6 +85,11 @@ class RaceLine:
         with self._changed:
             return self._left_s(self._line.index(ticket))
 
+    def progress(self, ticket: Ticket, share: float) -> None:
+        """How much of its work the race with the turn has done, from 0 to 1."""
+        with self._changed:
+            ticket.done = share
+
     def record(self, work: Work, seconds: float) -> None:
         """A race that ran to its end (a start-up race included) and how long it held the turn."""
         with self._changed:
@@ -110,6 +123,11 @@ class RaceLine:
         same = [s for w, s in pair if (w.tokens, w.runs) == (work.tokens, work.runs)]
         if len(same) >= SAME_LENGTH:
             return statistics.fmean(same)
+        # Until then a race of the same work that has the turn says more than shorter races scaled up: a class's
+        # first waits come while its first race runs (shorter races' pace was half a long one's on the default model).
+        paced = self._paced_s()
+        if paced is not None and self._line[0].work == work:
+            return statistics.fmean([*same, paced])
         known = pair or list(self._done)
         if not known:
             return None
@@ -122,7 +140,15 @@ class RaceLine:
         estimates = [self._estimate(t.work) for t in self._line[:index]]
         if None in estimates:
             return None
-        front = self._line[0]
+        front, paced = self._line[0], self._paced_s()
         ran = time.monotonic() - front.front_at if front.front_at is not None else 0.0
-        estimates[0] = max(estimates[0] - ran, OVERRUN_SHARE * estimates[0])
+        whole = paced if paced is not None else estimates[0]
+        estimates[0] = max(whole - ran, OVERRUN_SHARE * whole)
         return sum(estimates)
+
+    def _paced_s(self) -> float | None:
+        """The whole time of the race with the turn at its pace so far; None before PACE_SHARE of it is done."""
+        front = self._line[0] if self._line else None
+        if front is None or front.front_at is None or front.done < PACE_SHARE:
+            return None
+        return (time.monotonic() - front.front_at) / front.done

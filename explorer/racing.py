@@ -151,6 +151,15 @@ class LiveRace:
             self.traces = {name: replace(final, steps=self.steps[name]) for name, final in event.traces.items()}
             self.ended = True
 
+    def done_share(self, max_new_tokens: int, runs: int) -> float:
+        """How much of a race of `runs` runs is done: each run's new tokens over `max_new_tokens` (all of it once the
+        run has ended), averaged."""
+        done = 0.0
+        for name, steps in self.steps.items():
+            tokens = sum(len(s.token_ids) for s in steps if not s.prefill)
+            done += 1.0 if self.traces[name].stop_reason else min(tokens / max_new_tokens, 1.0)
+        return done / runs
+
     def finished(self) -> dict[str, RunTrace]:
         """The runs that produced anything; a run cut off before its "end" counts as stopped."""
         out = {}

@@ -95,7 +95,7 @@ class Runner:
         finished = False
         try:
             if (yield from self._wait_for_turn(ticket, session)):
-                finished = yield from self._race(request, shade, mode, session)
+                finished = yield from self._race(request, shade, mode, session, ticket)
         finally:
             held = self.line.leave(ticket, finished)
             session.busy = session.waiting = False
@@ -117,7 +117,7 @@ class Runner:
         ticket = self.line.join(self._work(request))
         finished = False
         try:
-            for _ in self._race(request, True, DEFAULT_MODE, session, visitor=False):
+            for _ in self._race(request, True, DEFAULT_MODE, session, ticket, visitor=False):
                 pass
             finished = session.fresh  # every run went to its end
         except Exception as err:  # noqa: BLE001 - the app must start regardless
@@ -141,7 +141,7 @@ class Runner:
         session.waiting = False
         return True
 
-    def _race(self, request: RaceRequest, shade: bool, mode: str, session: Session,
+    def _race(self, request: RaceRequest, shade: bool, mode: str, session: Session, ticket: Ticket,
               visitor: bool = True) -> Generator[dict, None, bool]:
         """The race, shown; True when every run went to its end (its time then joins the queue's estimates). A race
         of no `visitor` leaves ZeroGPU's paces to the start-up's timing (explorer.racing.time_start_up)."""
@@ -153,7 +153,7 @@ class Runner:
                 return False
         start, answer, shown = time.perf_counter(), None, False
         try:
-            shown = yield from self._events(request, live, methods, shade, mode, session)
+            shown = yield from self._events(request, live, methods, shade, mode, session, ticket)
         except gr.Error as err:  # ZeroGPU refused the race or ended it: part of its story, not an error state
             answer = GpuAnswer.read(err)
         if self.gpu is not None and visitor:
@@ -175,9 +175,10 @@ class Runner:
         return session.fresh
 
     def _events(self, request: RaceRequest, live: LiveRace, methods: tuple[str, ...], shade: bool, mode: str,
-                session: Session) -> Generator[dict, None, bool]:
-        """The race's events into `live`, streaming its columns; True when it ended with its message already shown
-        (an error before anything ran, or Stop before it started)."""
+                session: Session, ticket: Ticket) -> Generator[dict, None, bool]:
+        """The race's events into `live`, streaming its columns and telling the line how far the race has got (its
+        pace foretells the waits behind it); True when it ended with its message already shown (an error before
+        anything ran, or Stop before it started)."""
         last = 0.0
         grace = len(request.entries)  # turns a stopped race may still hand out: each run finishes its step
         with closing(self.race(request)) as events:
@@ -198,6 +199,7 @@ class Runner:
                             break
                     if event.kind == "turn" and time.perf_counter() - last >= self.stream_every_s:
                         last = time.perf_counter()
+                        self.line.progress(ticket, live.done_share(request.max_new_tokens, len(methods)))
                         yield self._live(live, methods, shade, RACING_STATUS, session)
         return False
 

@@ -20,6 +20,7 @@ from explorer.page import build_page
 from explorer.presets import MEASURED, race_entries
 from explorer.running import REPLAY_FPS
 from explorer.sessions import Session
+from tests.conftest import free_port
 from tests.tiny import RACE_SETTINGS as SETTINGS
 from tests.tiny import TREE_MODE, message_of, race_frames, race_stopped_once_started
 
@@ -147,6 +148,22 @@ def test_the_queue_looks_for_work_every_20_ms_not_every_millisecond(page):
 
     assert page.demo._queue.sleep_when_free == QUEUE_POLL_S == 0.02
     assert "await asyncio.sleep(self.sleep_when_free)" in inspect.getsource(Queue.start_processing)
+
+
+def test_a_launched_page_lets_a_race_back_into_the_interpreter_within_a_fifth_of_a_millisecond():
+    """Python's default switch interval (5 ms a wait for every torch operation a race's thread gives the interpreter
+    up for) made races beside a visitor's page work many times slower; the launched app sets its own."""
+    import sys
+
+    from explorer.queueing import SWITCH_INTERVAL_S
+
+    page, before = page_for(ModelConfig(model="no-such-model")), sys.getswitchinterval()
+    try:
+        page.demo.launch(prevent_thread_lock=True, server_name="127.0.0.1", server_port=free_port())
+        assert sys.getswitchinterval() == pytest.approx(SWITCH_INTERVAL_S) and SWITCH_INTERVAL_S == 0.0002
+    finally:
+        page.demo.close()
+        sys.setswitchinterval(before)
 
 
 def test_examples_load_without_a_model():

@@ -6,8 +6,11 @@ where they stand in the queue while waiting, and nobody gets an error.
 The test command runs CLASS_STUDENTS students arriving over CLASS_WINDOW_S; `DDD_CLASS_STUDENTS=30
 DDD_CLASS_WINDOW_S=120` runs the full class (`DDD_CLASS_TOKENS`: each race's new tokens, 12 by default;
 `DDD_CLASS_MODEL=default`: the CPU Space on its default model; docs/app.md, "A class at once", has the figures).
-Each student's time to the first page, wait in the queue, race time and errors are printed with their p50 and p95,
-and each student's places, first estimate and wait.
+Each student races the prompt "Try it live" leaves in the box (the example's), as a class following the lesson does:
+prompts of their own end at different lengths (on the default model "student 7: the cat sat" runs to 46 tokens where
+"student 6: ..." stops at 8), and no estimate can tell a waiting student that the race ahead will run five times as
+long (`DDD_CLASS_OWN_PROMPTS=1`: each their own). Each student's time to the first page, wait in the queue, race
+time and errors are printed with their p50 and p95, and each student's places, first estimate and wait.
 """
 from __future__ import annotations
 
@@ -25,9 +28,10 @@ import pytest
 from components.lesson import TITLES
 from ddd import new_head, save_head
 from explorer.deploy import export_space
+from explorer.examples import ExampleShelf
 from explorer.presets import CPU_PRESET
 from explorer.layout import RACE_OUTPUTS
-from tests.conftest import AppServer, free_port
+from tests.conftest import EXAMPLES_DIR, AppServer, free_port
 from tests.test_zerogpu_browser import ZeroGpuSpace
 from tests.tiny import RACE_SETTINGS, TREE_MODE, load_tiny
 
@@ -42,6 +46,7 @@ TOLD_CLASS = 10  # students who waited, at least, for the estimates' 80% to be c
 # DDD_CLASS_FIRST_LINE_S=1); the test command runs another worker's tests beside the class on machines of any speed,
 # so it allows five.
 FIRST_LINE_S = float(os.environ.get("DDD_CLASS_FIRST_LINE_S", "5"))
+OWN_PROMPTS = os.environ.get("DDD_CLASS_OWN_PROMPTS") == "1"
 EXAMPLE = "Maths: step by step, five decoders"
 TRY_IT = "?example=maths&threshold=-1"
 
@@ -96,7 +101,8 @@ def attend(url: str, student: Student, arrive_at: float) -> None:
         client.predict(EXAMPLE, True, TREE_MODE, api_name="/open_example")
         settings = [TOKENS, *RACE_SETTINGS[1:4], "int8" if DEFAULT_MODEL else RACE_SETTINGS[4], *RACE_SETTINGS[5:]]
         asked = time.monotonic()
-        job = client.submit(f"student {student.number}: the cat sat", *settings, True, TREE_MODE, api_name="/run")
+        prompt = f"student {student.number}: the cat sat" if OWN_PROMPTS else example_prompt()
+        job = client.submit(prompt, *settings, True, TREE_MODE, api_name="/run")
         seen = 0
         while not job.done():
             status = job.status()  # Gradio's queue: the place, as its status line shows it
@@ -126,6 +132,12 @@ def attend(url: str, student: Student, arrive_at: float) -> None:
             student.errors.append(str(message)[:200] or "the race did not finish")
     except Exception as err:  # noqa: BLE001 - whatever a student meets is counted, not raised
         student.errors.append(f"{type(err).__name__}: {err}"[:300])
+
+
+def example_prompt() -> str:
+    """The prompt of the example "Try it live" opens, which the link puts in the prompt box."""
+    shelf = ExampleShelf(EXAMPLES_DIR)
+    return shelf.read(shelf.files()[EXAMPLE]).prompt
 
 
 def percentiles(values: list[float]) -> str:

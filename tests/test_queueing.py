@@ -92,6 +92,43 @@ def test_only_races_that_ran_to_their_end_teach_the_estimate():
     assert line.estimate_s(SHORT) < 1.1
 
 
+def test_the_race_with_the_turn_foretells_its_own_end_and_its_lengths_waits_from_its_pace():
+    """A class's first waits come while its first long race runs: its pace says more than short races scaled up."""
+    line = RaceLine(8)
+    line.record(SHORT, 1.0)  # 1/48 s a token and run: a 64-token race would be 4 s
+    running = line.join(LONG)
+    waiting = line.join(LONG)
+    time.sleep(0.3)
+    line.progress(running, 0.25)  # a quarter done in 0.3 s: 1.2 s in all
+    assert line.estimate_s(LONG) == pytest.approx(1.2, abs=0.05)
+    assert line.estimate_s(SHORT) == pytest.approx(1.0)  # other work: the pair's own races
+    assert line.wait_s(waiting) == pytest.approx(1.2 - 0.3, abs=0.05)
+
+
+def test_the_pace_waits_for_a_little_of_the_race_to_be_done():
+    line = RaceLine(8)
+    line.record(LONG, 4.0)
+    running = line.join(LONG)
+    waiting = line.join(LONG)
+    line.progress(running, 0.01)  # the prefill, little else: the races of its length still speak
+    assert line.wait_s(waiting) == pytest.approx(4.0, abs=0.05)
+
+
+def test_the_share_done_counts_each_runs_tokens_and_an_ended_run_whole():
+    from ddd.trace import RunTrace, Step
+    from explorer.racing import LiveRace, RaceEvent
+
+    def step(tokens: int) -> Step:
+        return Step(index=1, token_ids=[5] * tokens, text="x" * tokens, accepted=0)
+
+    live = LiveRace()
+    live.apply(RaceEvent("start", traces={m: RunTrace(m, {}, {}, "tiny", None, "the cat sat", 3)
+                                          for m in ("plain", "eagle2")}))
+    live.apply(RaceEvent("turn", name="plain", step=step(4)))
+    live.apply(RaceEvent("turn", name="eagle2", step=step(2), stop_reason="eos"))
+    assert live.done_share(16, 2) == pytest.approx((4 / 16 + 1) / 2)
+
+
 def test_a_full_line_refuses_in_a_sentence_that_says_when_to_try_again():
     line = RaceLine(2)
     line.record(SHORT, 5.0)

@@ -4,9 +4,15 @@ from __future__ import annotations
 import subprocess
 import sys
 
-import pytest
+import warnings
 
-from components.verdict import verdict
+import numpy as np
+import pytest
+from hypothesis import given
+from hypothesis import strategies as st
+from hypothesis.extra.numpy import arrays
+
+from components.verdict import row_medians, verdict
 from ddd import resolve_head
 from ddd.turns import Entry, race_to_end, start_race, warm_up
 from ddd.metrics import summarize
@@ -134,3 +140,15 @@ def test_a_tie_for_the_lead_says_on_its_line_what_makes_it_a_tie():
     assert close.headline.startswith("DDD and EAGLE-2 tie for the lead: ")
     assert close.headline.endswith("; DDD's speed over EAGLE-2's is 1.03 (95% interval 1.03–1.03), under the 5% a "
                                    "race calls.")
+
+
+@given(arrays(np.float64, st.tuples(st.integers(1, 12), st.integers(1, 20)),
+              elements=st.floats(0, 1e4, allow_nan=False)),
+       st.data())
+def test_row_medians_are_numpys_nanmedian_over_the_chosen_values(values, data):
+    """The verdict's medians are numpy's to the last bit (the static page's player repeats them)."""
+    chosen = data.draw(arrays(np.bool_, values.shape))
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", RuntimeWarning)  # a row with nothing chosen: numpy warns, both give NaN
+        expected = np.nanmedian(np.where(chosen, values, np.nan), axis=1)
+    assert np.array_equal(row_medians(values, chosen), expected, equal_nan=True)

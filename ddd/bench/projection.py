@@ -30,6 +30,8 @@ from dataclasses import dataclass
 from functools import cache
 from types import SimpleNamespace
 
+import numpy as np
+
 from ddd.catalog import PAIRS, TARGET_SIZES, ModelPair, head_shape, parameter_count
 from ddd.costs import StepCosts
 from ddd.models import DEFAULT_HUB_ID, DEFAULT_MODEL
@@ -205,9 +207,10 @@ def forward_flops(pair: ModelPair, tokens: int) -> float:
 
 def phase_seconds(nbytes: float, flops: float, ops: float, gpu: Gpu, fit: Overheads = FIT) -> float:
     """One phase of a step: reading `nbytes` from memory, computing `flops` or the host issuing `ops` operations,
-    whichever takes longest."""
-    return max(nbytes / (gpu.bandwidth * fit.bandwidth_fraction), flops / (gpu.flops * fit.compute_fraction),
-               ops * fit.launch_s)
+    whichever takes longest. numpy's maximum, so that a fit's whole grid of rules (each field an array) projects at
+    once (ddd/bench/published.py)."""
+    return np.maximum(np.maximum(nbytes / (gpu.bandwidth * fit.bandwidth_fraction),
+                                 flops / (gpu.flops * fit.compute_fraction)), ops * fit.launch_s)
 
 
 @dataclass(frozen=True)
