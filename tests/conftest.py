@@ -30,7 +30,7 @@ def pytest_configure(config):
 # longest first. pytest-xdist hands out whole files in collection order (pytest.ini: --no-loadscope-reorder), so these
 # start first and the short files even out both workers at the end, where a long file would leave one worker alone.
 LONGEST_FIRST = ("test_space.py", "test_sampling.py", "test_visitors.py", "test_class.py", "test_hf_generate.py",
-                 "test_static_page.py", "test_strangers.py", "test_projection.py", "test_default_model.py",
+                 "test_static_page.py", "test_strangers.py", "test_default_model.py",
                  "test_lesson_browser.py", "test_memory.py", "test_package.py", "test_disk.py", "test_zerogpu.py",
                  "test_zerogpu_browser.py", "test_safety.py")
 
