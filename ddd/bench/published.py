@@ -113,7 +113,8 @@ GRID = 5  # points per parameter and round
 ROUNDS = 12  # each round narrows the grid to one of the last round's steps either side of the best point
 
 
-def log_error(figure: Figure, fit: Overheads) -> float:
+def log_error(figure: Figure, fit: Overheads) -> float | np.ndarray:
+    """The figure's projected value over its published one, in log; one per rule of a grid (fit's arrays)."""
     return np.log(figure.projected(fit) / figure.value)
 
 
