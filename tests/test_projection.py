@@ -13,8 +13,9 @@ import pytest
 
 from ddd.bench import projection
 from ddd.bench.opcount import counted_ops
-from ddd.bench.projection import (A40, BAND, FIT, H100, ZEROGPU, Gpu, banded, build_parser, forward_flops, pair_ops,
-                                  phase_seconds, project, projections, tree_tokens, zerogpu_costs)
+from ddd.bench.pairshape import forward_flops, pair_ops, tree_tokens
+from ddd.bench.projection import (A40, BAND, FIT, H100, ZEROGPU, Gpu, banded, build_parser, phase_seconds, project,
+                                  projections, zerogpu_costs)
 from ddd.bench.published import FIGURES, band, fit, leave_one_out, table
 from ddd.catalog import PAIRS
 from ddd.models import DEFAULT_MODEL

@@ -13,12 +13,12 @@ one by one (ddd/ops.py): each phase of a step takes the longest of the three,
 and the engine waits for the device between phases, so a step is the sum of its phases: the target's forward over
 the step's tree (its 16-bit weights and the KV cache of a typical context; two FLOPs per weight and token), each
 draft call (the head's layer and the LM head rows it drafts over, for the beam's tokens), and the step's remaining
-operations (acceptance, the cache kept). Bytes and FLOPs come from the pairs' configs (ddd.catalog). Operations are
+operations (acceptance, the cache kept). Bytes and FLOPs come from the pairs' configs (ddd.catalog), operations are
 counted live on a tiny random model of the pair's structure (ddd/bench/opcount.py), so the counts follow the engine
-as it changes. What the counts miss, the host's own work per speculative step (building the tree, keeping each
-layer's cache, waiting for the device: so much per target layer) and per verified token, is counted in operations
-too. Those two, the launch cost and the fractions of the card's bandwidth and FLOPS a batch-1 forward reaches are
-the rule's free parameters (Overheads), fitted on published GPU measurements (ddd/bench/published.py). A method's
+as it changes; ddd/bench/pairshape.py holds all three. What the counts miss, the host's own work per speculative
+step (building the tree, keeping each layer's cache, waiting for the device: so much per target layer) and per
+verified token, is counted in operations too. Those two, the launch cost and the fractions of the card's bandwidth
+and FLOPS a batch-1 forward reaches are the rule's free parameters (Overheads), fitted on published GPU measurements (ddd/bench/published.py). A method's
 tokens per second is its mean acceptance length tau (published for the papers' pairs, measured for the default
 one) over its step time.
 """
@@ -27,24 +27,20 @@ from __future__ import annotations
 import argparse
 from collections.abc import Mapping
 from dataclasses import dataclass
-from functools import cache
-from types import SimpleNamespace
 
 import numpy as np
 
-from ddd.catalog import PAIRS, TARGET_SIZES, ModelPair, head_shape, parameter_count
+from ddd.catalog import PAIRS, ModelPair, head_shape
 from ddd.costs import StepCosts
 from ddd.models import DEFAULT_HUB_ID, DEFAULT_MODEL
 from ddd.numbers import readable
-from ddd.settings import BEAM_WIDTH, CHECK_STEPS, EAGLE_TREE, TOTAL_TOKENS
+from ddd.settings import TOTAL_TOKENS
 from ddd.trace import RunTrace
 
-from .opcount import COUNTED, MethodOps, counted_ops
+from .opcount import COUNTED
+from .pairshape import CONTEXT_TOKENS, PairBytes, pair_bytes, pair_ops, pair_shape
 
 METHODS = ("plain", "eagle2", "ddd")  # what the app races and the table shows
-WEIGHT_BYTES = 2  # 16-bit weights and KV cache, as the papers and ZeroGPU (float16) run them
-# An MT-bench turn's context (its question and answer so far), for the KV cache each forward reads: assumed.
-CONTEXT_TOKENS = 512
 
 
 @dataclass(frozen=True)
@@ -132,77 +128,6 @@ TAUS = {
         6.13, "EAGLE-3 paper (arXiv 2503.01840), Table 1: L31 8B, EAGLE-3, MT-bench, temperature 0"),
 }
 
-# Targets of published measurements beyond the model menu's: Vicuna v1.3 13B and 33B fine-tune LLaMA 13B and 30B and
-# keep their configs (hidden size, MLP width, layers, heads, the 32,000-token vocabulary).
-OTHER_SIZES = {
-    "lmsys/vicuna-13b-v1.3": dict(hidden_size=5120, intermediate_size=13824, num_hidden_layers=40,
-                                  num_attention_heads=40, num_key_value_heads=40, vocab_size=32000),
-    "lmsys/vicuna-33b-v1.3": dict(hidden_size=6656, intermediate_size=17920, num_hidden_layers=60,
-                                  num_attention_heads=52, num_key_value_heads=52, vocab_size=32000),
-}
-
-
-def size_of(pair: ModelPair) -> SimpleNamespace:
-    """A pair's target config: the model menu's (ddd.catalog.TARGET_SIZES) or a published measurement's."""
-    model = pair.model or DEFAULT_HUB_ID
-    return SimpleNamespace(**(TARGET_SIZES[model] if model in TARGET_SIZES else OTHER_SIZES[model]))
-
-
-# -- operations, counted on a tiny model of the pair's structure (ddd/bench/opcount.py) ----------------------
-
-@cache
-def pair_ops(pair: ModelPair) -> dict[str, MethodOps]:
-    size = size_of(pair)
-    kind, draft_vocab = head_shape(pair)
-    grouped = getattr(size, "num_key_value_heads", size.num_attention_heads) < size.num_attention_heads
-    return counted_ops(size.num_hidden_layers, grouped, kind, draft_vocab is not None,
-                       tuple(sorted(pair.tree_settings().items())))
-
-
-# -- bytes -----------------------------------------------------------------------------------------------------
-
-@dataclass(frozen=True)
-class PairBytes:
-    """What a pair's forwards read, in bytes."""
-
-    target: float  # the target's weights
-    kv_per_token: float  # the KV cache each context token adds, read by every forward
-    call: float  # one draft call: the head's layer and the LM head rows it drafts over (EAGLE's fc too)
-    root: float  # read at each step's first call only (EAGLE-3's fc, which fuses the target's features)
-
-
-@cache
-def pair_bytes(pair: ModelPair) -> PairBytes:
-    """From the target's config; the head has one decoder layer of the target's widths (EAGLE-3's attention reads
-    the embedding and the hidden state side by side, 2H wide)."""
-    size = size_of(pair)
-    kind, draft_vocab = head_shape(pair)
-    hidden, heads = size.hidden_size, size.num_attention_heads
-    kv_heads = getattr(size, "num_key_value_heads", heads)
-    head_dim = hidden // heads
-    mlp = 3 * hidden * size.intermediate_size
-    if kind == "eagle3":
-        layer = 2 * hidden * head_dim * (heads + 2 * kv_heads) + heads * head_dim * hidden + mlp
-        call, root = layer + (draft_vocab or size.vocab_size) * hidden, 3 * hidden * hidden
-    else:
-        layer = hidden * head_dim * (2 * heads + 2 * kv_heads) + mlp
-        call, root = layer + (draft_vocab or size.vocab_size) * hidden + 2 * hidden * hidden, 0
-    kv = 2 * size.num_hidden_layers * kv_heads * head_dim
-    return PairBytes(parameter_count(size) * WEIGHT_BYTES, kv * WEIGHT_BYTES, call * WEIGHT_BYTES,
-                     root * WEIGHT_BYTES)
-
-
-def forward_flops(pair: ModelPair, tokens: int) -> float:
-    """The target's forward over `tokens` tokens: two FLOPs per weight each token is multiplied by (every matrix but
-    the input embedding, a lookup) and four per context position and attention width in each layer (the scores
-    and the weighted values, over the context and the tokens themselves)."""
-    size = size_of(pair)
-    hidden, heads = size.hidden_size, size.num_attention_heads
-    lookup = 0 if getattr(size, "tie_word_embeddings", False) else size.vocab_size * hidden
-    attention = 4 * size.num_hidden_layers * heads * (hidden // heads) * (CONTEXT_TOKENS + tokens)
-    return tokens * (2 * (parameter_count(size) - lookup) + attention)
-
-
 # -- the projection --------------------------------------------------------------------------------------------
 
 def phase_seconds(nbytes: float, flops: float, ops: float, gpu: Gpu, fit: Overheads = FIT) -> float:
@@ -261,56 +186,6 @@ class PairProjection:
         tokens = self.pair.tree_settings()[TOTAL_TOKENS.name]
         base = eagle2.verify_s + eagle2.other_s - plain - per_token * (tokens - 1)
         return StepCosts(self.draft_call_s / plain, max(base, 0.0) / plain, per_token / plain)
-
-
-def ddd_calls(pair: ModelPair) -> int:
-    """DDD's draft calls per step: its first check. At the papers' threshold the beam's confidence is below it there
-    on every step for the shipped head (docs/results.md, "DDD's depth"); no paper reports DDD's depth."""
-    checks = pair.tree_settings()[CHECK_STEPS.name]
-    return min(checks) if checks != "all" else 1
-
-
-def tree_tokens(pair: ModelPair, method: str) -> int:
-    """The tokens a method's step verifies, the root included: EAGLE's static tree, or the dynamic tree's budget."""
-    return {"plain": 1, "eagle": len(EAGLE_TREE) + 1}.get(method, pair.tree_settings()[TOTAL_TOKENS.name])
-
-
-@dataclass(frozen=True)
-class MethodShape:
-    """What a method's step reads, computes and issues on a pair, whatever the card and the fit."""
-
-    calls: int  # draft calls
-    call_ops: float  # operations per draft call
-    root_bytes: float  # read at the step's first call only (0 without draft calls)
-    layer_units: int  # target layers (0 for plain decoding, which has no speculative host work)
-    token_units: int  # tree tokens beyond the root
-    verify_flops: float
-    verify_ops: float
-    other_ops: float
-
-
-@dataclass(frozen=True)
-class PairShape:
-    target_bytes: float  # the target's weights and the KV cache a forward reads
-    call_flops: float  # one draft call
-    methods: dict[str, MethodShape]
-
-
-@cache  # the fit projects each published figure many times over
-def pair_shape(pair: ModelPair) -> PairShape:
-    ops, nbytes, layers = pair_ops(pair), pair_bytes(pair), size_of(pair).num_hidden_layers
-    # A draft call runs the beam's tokens through the head's layer and LM head (EAGLE's static tree at most 8 a level).
-    call_flops = 2 * nbytes.call / WEIGHT_BYTES * pair.tree_settings()[BEAM_WIDTH.name]
-    calls = {"plain": 0, "eagle": ops["eagle"].calls, "eagle2": pair.tree_settings()["draft_calls"],
-             "ddd": ddd_calls(pair)}
-    methods = {}
-    for method, counted in ops.items():
-        speculative = method != "plain"
-        methods[method] = MethodShape(
-            calls[method], counted.per_call, nbytes.root if calls[method] else 0.0,
-            layers if speculative else 0, tree_tokens(pair, method) - 1 if speculative else 0,
-            forward_flops(pair, tree_tokens(pair, method)), counted.verify, counted.other)
-    return PairShape(nbytes.target + nbytes.kv_per_token * CONTEXT_TOKENS, call_flops, methods)
 
 
 def project(pair: ModelPair, gpu: Gpu, taus: Mapping[str, float] | None = None,
