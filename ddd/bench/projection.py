@@ -18,9 +18,9 @@ counted live on a tiny random model of the pair's structure (ddd/bench/opcount.p
 as it changes; ddd/bench/pairshape.py holds all three. What the counts miss, the host's own work per speculative
 step (building the tree, keeping each layer's cache, waiting for the device: so much per target layer) and per
 verified token, is counted in operations too. Those two, the launch cost and the fractions of the card's bandwidth
-and FLOPS a batch-1 forward reaches are the rule's free parameters (Overheads), fitted on published GPU measurements (ddd/bench/published.py). A method's
-tokens per second is its mean acceptance length tau (published for the papers' pairs, measured for the default
-one) over its step time.
+and FLOPS a batch-1 forward reaches are the rule's free parameters (Overheads), fitted on published GPU
+measurements (ddd/bench/published.py). A method's tokens per second is its mean acceptance length tau (published
+for the papers' pairs, measured for the default one) over its step time.
 """
 from __future__ import annotations
 
